@@ -1,0 +1,7 @@
+"""The kernel: one run through the stop order, write-ahead, resume. Imports only types and
+seams (layout.md rule 2); ``polyloop.Loop`` wires the adapters around it."""
+
+from .core import Kernel
+from .run import KernelConfig, new_id
+
+__all__ = ["Kernel", "KernelConfig", "new_id"]

@@ -1,0 +1,102 @@
+"""The kernel's entry points: start a run, resume a run, detach a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..types import (
+    Limits,
+    LimitsChanged,
+    Message,
+    RunEnd,
+    RunResult,
+    RunSpec,
+)
+from .replay import Replayed, replay
+from .run import KernelConfig, RunDriver, build_result, new_id
+
+__all__ = ["Kernel"]
+
+
+class Kernel:
+    """Runs and resumes runs for one configuration. Holds no per-run state except the
+    registry of active runs (for :meth:`detach`); concurrent runs are allowed."""
+
+    def __init__(self, cfg: KernelConfig) -> None:
+        self.cfg = cfg
+        self._active: dict[str, RunDriver] = {}
+
+    async def start(
+        self,
+        goal: str,
+        *,
+        limits: Limits,
+        run_id: str | None,
+        history: Sequence[Message],
+        metadata: Mapping[str, Any] | None,
+    ) -> RunResult:
+        cfg = self.cfg
+        tool_specs = tuple(cfg.environment.tool_specs())
+        history = tuple(history)
+        spec = RunSpec(
+            run_id=run_id if run_id is not None else new_id(),
+            goal=goal,
+            limits=limits,
+            created_at=cfg.clock.time(),
+            history=history,
+            metadata=metadata,
+            wording_version=cfg.wording_version,
+        )
+        context = cfg.context_builder.new(goal=goal, history=history, tool_specs=tool_specs)
+        lease = await cfg.journal.create(spec, ttl_s=cfg.lease_ttl_s)
+        driver = RunDriver(cfg, spec, lease, tool_specs, context, Replayed(limits), resumed=False)
+        return await self._drive(driver, None)
+
+    async def resume(self, run_id: str, *, limits: Limits | None) -> RunResult:
+        cfg = self.cfg
+        spec, records = await cfg.journal.read(run_id)
+        if records and isinstance(records[-1], RunEnd):
+            return self._rebuilt(spec, records)  # ended is absorbing: read only, no lease
+        lease, spec, records = await cfg.journal.acquire(run_id, ttl_s=cfg.lease_ttl_s)
+        try:
+            tool_specs = tuple(cfg.environment.tool_specs())
+            context = cfg.context_builder.new(
+                goal=spec.goal, history=spec.history, tool_specs=tool_specs
+            )
+            state = replay(spec.run_id, spec.limits, records, context)
+            if state.end is not None:  # it ended between our read and our lease
+                await cfg.journal.release(lease)
+                return build_result(spec, state, context)
+            if limits is not None and limits != state.limits:
+                await cfg.journal.append(lease, (LimitsChanged(limits),))
+                state.limits = limits
+        except BaseException:
+            await cfg.journal.release(lease)
+            raise
+        driver = RunDriver(cfg, spec, lease, tool_specs, context, state, resumed=True)
+        return await self._drive(driver, state.interrupted)
+
+    def detach(self, run_id: str) -> bool:
+        """Ask an active run to stop at its next step boundary; False if it is not active here."""
+        driver = self._active.get(run_id)
+        if driver is None:
+            return False
+        driver.detach_requested = True
+        return True
+
+    async def _drive(self, driver: RunDriver, interrupted: Any) -> RunResult:
+        self._active[driver.run_id] = driver
+        try:
+            return await driver.drive(interrupted)
+        finally:
+            self._active.pop(driver.run_id, None)
+
+    def _rebuilt(self, spec: RunSpec, records: Sequence[Any]) -> RunResult:
+        cfg = self.cfg
+        tool_specs = tuple(cfg.environment.tool_specs())
+        context = cfg.context_builder.new(
+            goal=spec.goal, history=spec.history, tool_specs=tool_specs
+        )
+        state = replay(spec.run_id, spec.limits, records, context)
+        return build_result(spec, state, context)

@@ -1,0 +1,151 @@
+"""Rebuild a run from its journal records (durability.md, "Resume").
+
+:func:`replay` walks the records once, in ``seq`` order, and returns the state the run was in:
+the steps and counters, the context (rebuilt turn by turn, so the messages are byte-identical),
+the limits in force, the end record if there is one, and — when the run stopped in the middle
+of a step — an :class:`Interrupted` that says how far that step got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..seams import Context
+from ..types import (
+    ActionIntent,
+    ActionResult,
+    ActionStatus,
+    JournalError,
+    Limits,
+    LimitsChanged,
+    ModelAttemptFailed,
+    ModelFailure,
+    ModelIntent,
+    ModelReply,
+    ModelResult,
+    Record,
+    RunEnd,
+    StepRecord,
+    StepWritten,
+    Turn,
+    Usage,
+)
+
+__all__ = ["Interrupted", "Replayed", "replay"]
+
+
+@dataclass
+class Interrupted:
+    """How far the step after the last complete one got before the run stopped."""
+
+    step_idx: int
+    intent_id: str
+    last_attempt: int
+    failures: int = 0
+    """Attempts of this step that failed and were to be retried."""
+    result: ModelResult | None = None
+    failure: ModelFailure | None = None
+    action_intent: ActionIntent | None = None
+    action_result: ActionResult | None = None
+
+
+@dataclass
+class Replayed:
+    """The state of a run rebuilt from its records."""
+
+    limits: Limits
+    steps: list[StepRecord] = field(default_factory=list)
+    actions_executed: int = 0
+    consecutive_invalid: int = 0
+    usage: Usage | None = None
+    end: RunEnd | None = None
+    interrupted: Interrupted | None = None
+
+
+def _out_of_order(run_id: str, seq: int, why: str) -> JournalError:
+    return JournalError(
+        f"run {run_id!r}: journal record {seq} is out of order ({why}); "
+        "the journal is damaged and was not modified"
+    )
+
+
+def replay(
+    run_id: str, limits: Limits, records: Sequence[Record], context: Context | None
+) -> Replayed:
+    """Rebuild the run. ``context`` (fresh from the builder) receives every step's turn.
+
+    Raises:
+        JournalError: the records are out of order or contradict each other.
+    """
+    st = Replayed(limits=limits)
+    cur: Interrupted | None = None
+    for seq, rec in enumerate(records, start=1):
+        if st.end is not None:
+            raise _out_of_order(run_id, seq, f"{rec.kind} after the end record")
+        expected = len(st.steps)
+        match rec:
+            case ModelIntent():
+                if rec.step_idx != expected:
+                    raise _out_of_order(run_id, seq, f"model intent for step {rec.step_idx}, "
+                                        f"expected step {expected}")
+                if cur is None or cur.intent_id != rec.intent_id:
+                    if cur is not None and (cur.result or cur.failure):
+                        raise _out_of_order(run_id, seq, "a second model call for one step")
+                    cur = Interrupted(expected, rec.intent_id, rec.attempt)
+                elif cur.result is not None or cur.failure is not None:
+                    raise _out_of_order(run_id, seq, "model intent after the step's result")
+                else:
+                    cur.last_attempt = rec.attempt
+            case ModelResult() | ModelAttemptFailed() | ModelFailure():
+                if cur is None or cur.intent_id != rec.intent_id or cur.step_idx != rec.step_idx:
+                    raise _out_of_order(run_id, seq, f"{rec.kind} without its model intent")
+                if isinstance(rec, ModelResult):
+                    cur.result = rec
+                    if rec.reply.usage is not None:
+                        st.usage = rec.reply.usage if st.usage is None else st.usage + rec.reply.usage
+                elif isinstance(rec, ModelFailure):
+                    cur.failure = rec
+                else:
+                    cur.failures += 1
+            case ActionIntent():
+                if cur is None or cur.result is None or rec.step_idx != expected:
+                    raise _out_of_order(run_id, seq, "action intent without a model result")
+                cur.action_intent = rec
+            case ActionResult():
+                if cur is None or cur.action_intent is None or cur.action_intent.op_id != rec.op_id:
+                    raise _out_of_order(run_id, seq, "action result without its action intent")
+                cur.action_result = rec
+            case StepWritten(step):
+                if step.step_idx != expected:
+                    raise _out_of_order(run_id, seq, f"step {step.step_idx}, expected {expected}")
+                reply, cut = _turn_parts(step, cur)
+                st.steps.append(step)
+                if step.action_status is ActionStatus.executed:
+                    st.actions_executed += 1
+                if step.parse_ok:
+                    st.consecutive_invalid = 0
+                elif step.parse_error is not None:
+                    st.consecutive_invalid += 1
+                if context is not None:
+                    context.add_step(
+                        Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits)
+                    )
+                cur = None
+            case RunEnd():
+                st.end = rec
+            case LimitsChanged(new):
+                st.limits = new
+    st.interrupted = cur
+    return st
+
+
+def _turn_parts(step: StepRecord, cur: Interrupted | None) -> tuple[ModelReply | None, int]:
+    """The reply and PolyLoop's observation cut of a step, from the records of its step."""
+    reply = cur.result.reply if cur is not None and cur.result is not None else None
+    if step.llm_call_id is not None and reply is None:
+        raise JournalError(f"step {step.step_idx} has no model result in the journal")
+    tool_cut = 0
+    if cur is not None and cur.action_result is not None:
+        tool_cut = cur.action_result.outcome.truncated_chars
+    return reply, max(0, step.observation_truncated_chars - tool_cut)

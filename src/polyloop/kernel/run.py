@@ -1,0 +1,602 @@
+"""One run, driven through the stop order of kernel.md §6, writing ahead as durability.md says.
+
+Per step the journal receives, each durable before the next thing happens:
+``model_intent`` (one per attempt) → ``model_result`` / ``model_attempt_failed`` /
+``model_failure`` → ``action_intent`` → ``action_result`` + ``step`` in one transaction. A step
+that ends the run is written in one transaction with the end record.
+
+In-memory state is updated *before* each write: a write that fails ends this execution with an
+exception (the state is thrown away, the journal is what resume reads), and a write that is
+cancelled still lands (the Journal seam's promise), so memory and journal never disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..seams import Clock, Context, ContextBuilder, Environment, Interpreter, Journal, Model
+from ..types import (
+    Action,
+    ActionFinished,
+    ActionIntent,
+    ActionResult,
+    ActionStarted,
+    ActionStatus,
+    EnvironmentFailure,
+    ErrorInfo,
+    Event,
+    Failure,
+    FinalAnswer,
+    InvalidDecision,
+    Lease,
+    LeaseLost,
+    ModelAttemptFailed,
+    ModelCallError,
+    ModelCallFinished,
+    ModelCallStarted,
+    ModelFailure,
+    ModelIntent,
+    ModelReply,
+    ModelRequest,
+    ModelResult,
+    Observer,
+    Outcome,
+    OutcomeUnknown,
+    PendingAction,
+    Record,
+    ReplayPolicy,
+    RetryPolicy,
+    RunDetached,
+    RunEnd,
+    RunEnded,
+    RunResult,
+    RunSpec,
+    RunStarted,
+    StepAppended,
+    StepRecord,
+    StepWritten,
+    StopReason,
+    ToolContext,
+    ToolSpec,
+    Turn,
+    canonical_json,
+)
+from . import stopping
+from .replay import Interrupted, Replayed
+from .steps import (
+    action_step,
+    final_answer_step,
+    invalid_step,
+    model_failure_step,
+    observation_cut,
+)
+
+__all__ = ["KernelConfig", "RunDriver", "new_id"]
+
+log = logging.getLogger("polyloop")
+
+
+def new_id() -> str:
+    """A fresh globally unique id (run ids, intent ids, op ids)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConfig:
+    """Everything the kernel needs that is fixed for a ``Loop`` (no per-run state)."""
+
+    model: Model
+    interpreter: Interpreter
+    environment: Environment
+    context_builder: ContextBuilder
+    journal: Journal
+    observers: tuple[Observer, ...]
+    retry: RetryPolicy
+    cancel_grace_s: float
+    lease_ttl_s: float
+    clock: Clock
+    wording_version: str
+    end_write_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _StepCtx:
+    """The step in progress once its action intent is durable."""
+
+    step_idx: int
+    t0: float
+    prompt_chars: int
+    reply: ModelReply
+    llm_call_id: str
+    intent: ActionIntent
+
+
+def _error_info(exc: BaseException) -> ErrorInfo:
+    if isinstance(exc, ModelCallError):
+        return ErrorInfo(type(exc).__name__, exc.message, exc.kind, exc.retryable, exc.retry_after)
+    return ErrorInfo(type(exc).__name__, str(exc))
+
+
+def _env_detail(outcome: Outcome) -> str:
+    f = outcome.failure
+    if f is not None and f.error_type:
+        return f"{f.error_type}: {f.message or ''}"
+    return outcome.observation
+
+
+def tool_names(specs: Sequence[ToolSpec]) -> frozenset[str]:
+    """Names of the tools in OpenAI-format specs."""
+    names = set()
+    for spec in specs:
+        fn = spec.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else spec.get("name")
+        if isinstance(name, str):
+            names.add(name)
+    return frozenset(names)
+
+
+class RunDriver:
+    """Advances one run until it ends, is detached, is cancelled, or an exception escapes."""
+
+    def __init__(
+        self,
+        cfg: KernelConfig,
+        spec: RunSpec,
+        lease: Lease,
+        tool_specs: tuple[ToolSpec, ...],
+        context: Context,
+        state: Replayed,
+        *,
+        resumed: bool,
+    ) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.run_id = spec.run_id
+        self.lease = lease
+        self.tool_specs = tool_specs
+        self.tool_names = tool_names(tool_specs)
+        self.context = context
+        self.state = state
+        self.resumed = resumed
+        self.detach_requested = False
+        self._observers = cfg.observers
+        self._ended = False
+        self._in_flight: _StepCtx | None = None
+        self._action_task: asyncio.Future[Outcome] | None = None
+        self._intent_written: _StepCtx | None = None
+
+    # -- the loop -----------------------------------------------------------------------------
+    async def drive(self, interrupted: Interrupted | None) -> RunResult:
+        """Run to the end. Raises ``RunDetached`` after a detach, re-raises cancellation after
+        writing the ``cancelled`` end record, and lets any other exception propagate with no
+        end record (the run stays resumable). The lease is released on every way out."""
+        heartbeat = asyncio.ensure_future(self._heartbeat())
+        try:
+            st = self.state
+            self._emit(RunStarted(self.run_id, self.spec.goal, self.resumed, len(st.steps)))
+            result = await self._continue(interrupted) if interrupted is not None else None
+            while result is None:
+                if self.detach_requested:
+                    raise RunDetached(self.run_id, len(st.steps))
+                result = await self._iteration()
+            return result
+        except asyncio.CancelledError:
+            await self._on_cancel()
+            raise
+        finally:
+            heartbeat.cancel()
+            if not self._ended:
+                try:
+                    await self.cfg.journal.release(self.lease)
+                except Exception:  # the lease will expire; nothing else to do
+                    log.warning("run %s: could not release its lease", self.run_id, exc_info=True)
+
+    async def _iteration(self) -> RunResult | None:
+        st = self.state
+        # A. Budget admission, at the start of the iteration.
+        reason = stopping.admit(st.limits, len(st.steps), st.actions_executed)
+        if reason is not None:
+            return await self._end(reason)
+        # B. Context size: no step, no intent.
+        prompt_chars = self.context.prompt_chars
+        reason = stopping.context_overflows(st.limits, prompt_chars)
+        if reason is not None:
+            return await self._end(reason)
+        # C. Model call (retry inside).
+        t0 = self.cfg.clock.monotonic()
+        return await self._model_phase(len(st.steps), t0, prompt_chars, new_id(), 1, 0)
+
+    async def _continue(self, it: Interrupted) -> RunResult | None:
+        """Finish the step a crash interrupted, from where its records say it got."""
+        t0 = self.cfg.clock.monotonic()
+        prompt_chars = self.context.prompt_chars
+        if it.failure is not None:  # model_failure without its step: no model call
+            step = model_failure_step(it.step_idx, prompt_chars, 0.0)
+            return await self._end(
+                stopping.MODEL_FAILED, it.failure.error.detail(it.failure.attempt), step=step
+            )
+        if it.result is None:  # model intent without result: same intent id, next attempt
+            return await self._model_phase(
+                it.step_idx, t0, prompt_chars, it.intent_id, it.last_attempt + 1, it.failures
+            )
+        reply, call_id = it.result.reply, it.result.llm_call_id
+        if it.action_intent is None:  # model result without step: re-interpret, no model call
+            return await self._decide(it.step_idx, t0, prompt_chars, reply, call_id)
+        sc = _StepCtx(it.step_idx, t0, prompt_chars, reply, call_id, it.action_intent)
+        if it.action_result is not None:  # result without step: build the step, never re-run
+            r = it.action_result
+            return await self._settle(sc, r.outcome, r.latency_ms, result_durable=True)
+        return await self._replay_action(sc)
+
+    async def _replay_action(self, sc: _StepCtx) -> RunResult | None:
+        """An action intent without a result: obey its replay policy."""
+        intent = sc.intent
+        policy = intent.replay_policy
+        name = intent.action.tool_name
+        if intent.known_tool and name is not None and name not in self.tool_names:
+            policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
+        if policy is ReplayPolicy.never:
+            return await self._end_unknown(intent, policy)
+        if policy is ReplayPolicy.reconcile:
+            ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
+            try:
+                outcome = await self.cfg.environment.reconcile(intent.action, ctx)
+            except OutcomeUnknown:
+                return await self._end_unknown(intent, policy)
+            if outcome is not None:
+                return await self._settle(sc, outcome, 0.0)
+        self._intent_written = sc
+        return await self._act(sc)
+
+    # -- C: the model call --------------------------------------------------------------------
+    async def _model_phase(
+        self,
+        step_idx: int,
+        t0: float,
+        prompt_chars: int,
+        intent_id: str,
+        attempt: int,
+        failures: int,
+    ) -> RunResult | None:
+        cfg = self.cfg
+        clock = cfg.clock
+        while True:
+            await self._write((ModelIntent(step_idx, intent_id, attempt),))
+            if self._observers:
+                self._emit(ModelCallStarted(self.run_id, step_idx, intent_id, attempt))
+            request = ModelRequest(
+                self.run_id, step_idx, attempt, self.context.messages(), self.tool_specs
+            )
+            t = clock.monotonic()
+            try:
+                reply = await cfg.model.complete(request)
+                if not isinstance(reply, ModelReply):
+                    raise TypeError(f"the model returned {type(reply).__name__}, not ModelReply")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                latency = (clock.monotonic() - t) * 1000
+                info = _error_info(exc)
+                failures += 1
+                if self._observers:
+                    self._emit(
+                        ModelCallFinished(
+                            self.run_id, step_idx, intent_id, attempt, None, latency,
+                            f"{info.type}: {info.message}",
+                        )
+                    )
+                if info.retryable and failures < cfg.retry.max_attempts:
+                    await self._write(
+                        (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency),)
+                    )
+                    await clock.sleep(cfg.retry.backoff_s(failures, info.retry_after, random.random()))
+                    attempt += 1
+                    continue
+                await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency),))
+                wall = (clock.monotonic() - t0) * 1000
+                step = model_failure_step(step_idx, prompt_chars, wall)
+                return await self._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
+            latency = (clock.monotonic() - t) * 1000
+            call_id = reply.call_id or intent_id
+            st = self.state
+            if reply.usage is not None:
+                st.usage = reply.usage if st.usage is None else st.usage + reply.usage
+            await self._write((ModelResult(step_idx, intent_id, attempt, call_id, reply, latency),))
+            if self._observers:
+                self._emit(
+                    ModelCallFinished(
+                        self.run_id, step_idx, intent_id, attempt, call_id, latency, None
+                    )
+                )
+            return await self._decide(step_idx, t0, prompt_chars, reply, call_id)
+
+    # -- D, E, F: interpret and act -----------------------------------------------------------
+    async def _decide(
+        self, step_idx: int, t0: float, prompt_chars: int, reply: ModelReply, call_id: str
+    ) -> RunResult | None:
+        st = self.state
+        clock = self.cfg.clock
+        decision = self.cfg.interpreter.interpret(reply, self.tool_specs)
+        if isinstance(decision, InvalidDecision):  # D: skips the completion check
+            st.consecutive_invalid += 1
+            wall = (clock.monotonic() - t0) * 1000
+            step = invalid_step(step_idx, reply, call_id, decision.feedback, prompt_chars, wall)
+            reason = stopping.after_invalid(st.limits, st.consecutive_invalid)
+            if reason is not None:
+                return await self._end(reason, step=step, reply=reply)
+            await self._append_step((), step, reply, 0)
+            return None
+        st.consecutive_invalid = 0  # any valid decision resets the counter
+        if isinstance(decision, FinalAnswer):  # E
+            wall = (clock.monotonic() - t0) * 1000
+            step = final_answer_step(step_idx, reply, call_id, prompt_chars, wall)
+            return await self._end(
+                stopping.FINAL_ANSWER, final_answer=decision.text, step=step, reply=reply
+            )
+        if not isinstance(decision, Action):
+            raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
+        # F: write the action intent, then execute.
+        action = decision
+        args_json = None if action.arguments is None else canonical_json(dict(action.arguments))
+        policy = ReplayPolicy(self.cfg.environment.replay_policy(action))
+        known = action.tool_name is None or action.tool_name in self.tool_names
+        intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known)
+        sc = _StepCtx(step_idx, t0, prompt_chars, reply, call_id, intent)
+        self._intent_written = sc
+        await self._write((intent,))
+        return await self._act(sc)
+
+    async def _act(self, sc: _StepCtx) -> RunResult | None:
+        await self._keep_lease_margin()
+        intent = sc.intent
+        ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
+        if self._observers:
+            self._emit(
+                ActionStarted(
+                    self.run_id, intent.step_idx, intent.op_id, intent.action.tool_name,
+                    intent.action.text,
+                )
+            )
+        t = self.cfg.clock.monotonic()
+        # A task, shielded: on cancellation the action may finish within the grace period.
+        task = asyncio.ensure_future(self._execute(intent.action, ctx))
+        self._in_flight, self._action_task = sc, task
+        outcome = await asyncio.shield(task)
+        return await self._settle(sc, outcome, (self.cfg.clock.monotonic() - t) * 1000)
+
+    async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:
+        try:
+            outcome = await self.cfg.environment.execute(action, ctx)
+        except EnvironmentFailure as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            failure = Failure(error_type=type(exc).__name__, message=str(exc))
+            return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"the environment returned {type(outcome).__name__}, not Outcome")
+        return outcome
+
+    # -- G: settle the action -----------------------------------------------------------------
+    async def _settle(
+        self, sc: _StepCtx, outcome: Outcome, latency_ms: float, *, result_durable: bool = False
+    ) -> RunResult | None:
+        st = self.state
+        if outcome.status is ActionStatus.executed:
+            st.actions_executed += 1
+        cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
+        wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
+        intent = sc.intent
+        step = action_step(
+            sc.step_idx, sc.reply, sc.llm_call_id, intent.action, intent.args_json, outcome, cut,
+            sc.prompt_chars, wall,
+        )
+        records: tuple[Record, ...] = ()
+        if not result_durable:
+            records = (ActionResult(sc.step_idx, intent.op_id, outcome, latency_ms),)
+        if self._observers:
+            self._emit(
+                ActionFinished(
+                    self.run_id, sc.step_idx, intent.op_id, intent.action.tool_name,
+                    outcome.status, latency_ms,
+                )
+            )
+        reason = stopping.after_action(outcome)
+        if reason is not None:
+            detail = _env_detail(outcome) if reason is StopReason.env_error else None
+            return await self._end(reason, detail, records=records, step=step, reply=sc.reply,
+                                   cut=cut)
+        await self._append_step(records, step, sc.reply, cut)
+        return None
+
+    # -- writing ------------------------------------------------------------------------------
+    async def _write(self, records: tuple[Record, ...]) -> None:
+        try:
+            await self.cfg.journal.append(self.lease, records)
+        finally:
+            # Reached on success and on cancellation (the Journal seam finishes a cancelled
+            # write before re-raising); on a failed write the run is abandoned anyway.
+            for r in records:
+                if isinstance(r, ActionResult):
+                    self._in_flight = self._action_task = self._intent_written = None
+                elif isinstance(r, RunEnd):
+                    self._ended = True
+
+    def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> None:
+        st = self.state
+        st.steps.append(step)
+        self.context.add_step(
+            Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits)
+        )
+
+    async def _append_step(
+        self, records: tuple[Record, ...], step: StepRecord, reply: ModelReply, cut: int
+    ) -> None:
+        self._add_to_context(step, reply, cut)
+        await self._write((*records, StepWritten(step)))
+        if self._observers:
+            self._emit(StepAppended(self.run_id, step))
+
+    async def _end(
+        self,
+        reason: StopReason,
+        detail: str | None = None,
+        *,
+        final_answer: str | None = None,
+        records: tuple[Record, ...] = (),
+        step: StepRecord | None = None,
+        reply: ModelReply | None = None,
+        cut: int = 0,
+        pending: PendingAction | None = None,
+    ) -> RunResult:
+        """Write the end record, in one transaction with the step that ends the run."""
+        st = self.state
+        if step is not None:
+            self._add_to_context(step, reply, cut)
+            records = (*records, StepWritten(step))
+        end = RunEnd(
+            reason, detail, final_answer, len(st.steps), st.actions_executed,
+            self.cfg.clock.time(), pending,
+        )
+        await self._write((*records, end))
+        st.end = end
+        if self._observers:
+            if step is not None:
+                self._emit(StepAppended(self.run_id, step))
+            self._emit(
+                RunEnded(self.run_id, reason, detail, end.steps_used, end.actions_executed)
+            )
+        return build_result(self.spec, st, self.context)
+
+    async def _end_unknown(self, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
+        pending = PendingAction(
+            intent.step_idx, intent.op_id, intent.action.tool_name, intent.args_json,
+            intent.action.text, policy,
+        )
+        return await self._end(
+            StopReason.resume_state_unknown, pending.describe(), pending=pending
+        )
+
+    # -- cancellation -------------------------------------------------------------------------
+    async def _on_cancel(self) -> None:
+        """Write the ``cancelled`` end record (once), after giving an in-flight action up to
+        ``cancel_grace_s`` to finish. Bounded by ``end_write_timeout_s``; if even that write
+        cannot finish, the run is left without an end record (and stays resumable)."""
+        if self._ended:
+            return
+        st = self.state
+        records: tuple[Record, ...] = ()
+        detail: str | None = None
+        sc = self._intent_written
+        if sc is not None:
+            outcome = await self._grace() if self._in_flight is not None else None
+            intent = sc.intent
+            if outcome is not None:
+                if outcome.status is ActionStatus.executed:
+                    st.actions_executed += 1
+                cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
+                wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
+                step = action_step(
+                    sc.step_idx, sc.reply, sc.llm_call_id, intent.action, intent.args_json,
+                    outcome, cut, sc.prompt_chars, wall,
+                )
+                self._add_to_context(step, sc.reply, cut)
+                records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0),
+                           StepWritten(step))
+            else:
+                started = self._in_flight is not None
+                pending = PendingAction(
+                    intent.step_idx, intent.op_id, intent.action.tool_name, intent.args_json,
+                    intent.action.text, intent.replay_policy,
+                )
+                detail = (
+                    f"in-flight action {pending.describe()}: outcome unknown"
+                    if started
+                    else f"action {pending.describe()}: cancelled before it started"
+                )
+        end = RunEnd(
+            StopReason.cancelled, detail, None, len(st.steps), st.actions_executed,
+            self.cfg.clock.time(),
+        )
+        write = asyncio.ensure_future(self.cfg.journal.append(self.lease, (*records, end)))
+        try:
+            done, _ = await asyncio.wait({write}, timeout=self.cfg.end_write_timeout_s)
+        except asyncio.CancelledError:
+            done = set()
+        if not done or write.cancelled() or write.exception() is not None:
+            exc = None if not done or write.cancelled() else write.exception()
+            log.warning("run %s: the cancelled end record could not be written (%r); "
+                        "the run stays resumable", self.run_id, exc)
+            return
+        self._ended = True
+        st.end = end
+        self._emit(
+            RunEnded(self.run_id, StopReason.cancelled, detail, end.steps_used,
+                     end.actions_executed)
+        )
+
+    async def _grace(self) -> Outcome | None:
+        task = self._action_task
+        if task is None:
+            return None
+        if not task.done():
+            try:
+                await asyncio.wait({task}, timeout=self.cfg.cancel_grace_s)
+            except asyncio.CancelledError:
+                pass  # cancelled again: stop waiting
+        if not task.done():
+            task.cancel()
+            return None
+        if task.cancelled() or task.exception() is not None:
+            return None
+        return task.result()
+
+    # -- leases and observers -----------------------------------------------------------------
+    async def _heartbeat(self) -> None:
+        ttl = self.cfg.lease_ttl_s
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
+            except LeaseLost:
+                log.error("run %s lost its lease; its next write will be refused", self.run_id)
+                return
+            except Exception:
+                log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
+
+    async def _keep_lease_margin(self) -> None:
+        """No action starts with less than a third of the lease left."""
+        ttl = self.cfg.lease_ttl_s
+        if self.lease.expires_at - time.time() < ttl / 3:
+            self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
+
+    def _emit(self, event: Event) -> None:
+        for observer in self._observers:
+            try:
+                observer(event)
+            except Exception:
+                log.exception("observer %r raised on %s; ignored", observer, type(event).__name__)
+
+
+def build_result(spec: RunSpec, st: Replayed, context: Context | None) -> RunResult:
+    """The :class:`RunResult` of an ended run."""
+    end = st.end
+    assert end is not None
+    return RunResult(
+        run_id=spec.run_id,
+        stop_reason=end.stop_reason,
+        stop_detail=end.stop_detail,
+        final_answer=end.final_answer,
+        steps=tuple(st.steps),
+        steps_used=end.steps_used,
+        actions_executed=end.actions_executed,
+        started_at=spec.created_at,
+        ended_at=end.ended_at,
+        pending_action=end.pending_action,
+        usage=st.usage,
+        messages=tuple(context.messages()) if context is not None else (),
+    )

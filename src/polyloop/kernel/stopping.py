@@ -1,0 +1,61 @@
+"""The stop decision (kernel.md §6): the only place that decides why a run stops.
+
+Each iteration asks, in this order:
+
+* A. :func:`admit` — budgets settle at the *start* of an iteration, never at the end of the
+  previous one, so a run that completes on its last allowed step is ``task_completed``.
+* B. :func:`context_overflows` — no step and no intent are written for this stop.
+* C. a model failure is always ``llm_error`` (:data:`MODEL_FAILED`).
+* D. :func:`after_invalid` — this branch skips the completion check.
+* E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`).
+* F/G. :func:`after_action` — ``env_error`` first, then completion; ``not_executed`` never
+  completes, and ``completed=False`` forever is normal.
+"""
+
+from __future__ import annotations
+
+from ..types import ActionStatus, Limits, Outcome, StopReason
+
+__all__ = [
+    "FINAL_ANSWER",
+    "MODEL_FAILED",
+    "admit",
+    "after_action",
+    "after_invalid",
+    "context_overflows",
+]
+
+MODEL_FAILED = StopReason.llm_error
+FINAL_ANSWER = StopReason.agent_finished
+
+
+def admit(limits: Limits, steps_used: int, actions_executed: int) -> StopReason | None:
+    """A. Both budgets exhausted at once is ``step_budget`` (a fixed compatibility choice)."""
+    if steps_used >= limits.max_steps:
+        return StopReason.step_budget
+    if limits.max_actions is not None and actions_executed >= limits.max_actions:
+        return StopReason.action_budget
+    return None
+
+
+def context_overflows(limits: Limits, prompt_chars: int) -> StopReason | None:
+    """B. The prompt is never truncated silently: too large ends the run."""
+    if limits.max_prompt_chars is not None and prompt_chars > limits.max_prompt_chars:
+        return StopReason.context_overflow
+    return None
+
+
+def after_invalid(limits: Limits, consecutive_invalid: int) -> StopReason | None:
+    """D. ``consecutive_invalid`` counts this step."""
+    if consecutive_invalid >= limits.max_consecutive_invalid:
+        return StopReason.parse_failed_repeatedly
+    return None
+
+
+def after_action(outcome: Outcome) -> StopReason | None:
+    """G. The completion check, after the step was appended."""
+    if outcome.status is ActionStatus.env_error:
+        return StopReason.env_error
+    if outcome.status is ActionStatus.executed and (outcome.completed or outcome.marker):
+        return StopReason.task_completed
+    return None

@@ -1,0 +1,188 @@
+"""``Loop``: the composition root. Wires the default adapters around the kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .context import ChatContextBuilder
+from .interpreters import NativeToolCallInterpreter
+from .journal import MemoryJournal
+from .kernel import Kernel, KernelConfig
+from .seams import Clock, ContextBuilder, Environment, Interpreter, Journal, Model
+from .tools import ToolEnvironment, ToolRegistry
+from .types import (
+    DEFAULT_TEMPLATES,
+    ConfigError,
+    Limits,
+    Message,
+    Observer,
+    RetryPolicy,
+    RunResult,
+    Templates,
+)
+
+__all__ = ["Loop", "SystemClock"]
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``time.time`` and ``asyncio.sleep``."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class Loop:
+    """Runs agents: ``await Loop(model, tools=registry).run(goal)``.
+
+    Args:
+        model: the Model seam (``polyloop.models.openai``, or ``polyloop.testing`` fakes).
+        tools: a ``ToolRegistry``; shorthand for ``environment=ToolEnvironment(tools)``.
+        environment: the Environment seam (default: a ``ToolEnvironment`` with no tools).
+        interpreter: the Interpreter seam (default: native tool calls; text is a final answer).
+        context: the ContextBuilder seam (default: ``ChatContextBuilder``).
+        journal: the Journal seam (default: a fresh ``MemoryJournal``, lost with the process).
+        limits: the default limits of a run; stored with each run.
+        observers: callables receiving events; must not block; exceptions are logged.
+        retry: how model calls are retried.
+        cancel_grace_s: how long an in-flight action may finish after cancellation.
+        lease_ttl_s: the lease duration (renewed every third of it).
+        templates: the model-visible wording of the default adapters (version stored per run).
+        clock: time source for timings and backoff (``polyloop.testing.FakeClock`` in tests).
+
+    Raises:
+        TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
+        ConfigError: a negative grace period or a non-positive lease duration.
+
+    A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`), so
+    concurrent ``run`` calls on one ``Loop`` are fine.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        tools: ToolRegistry | None = None,
+        environment: Environment | None = None,
+        interpreter: Interpreter | None = None,
+        context: ContextBuilder | None = None,
+        journal: Journal | None = None,
+        limits: Limits | None = None,
+        observers: Sequence[Observer] = (),
+        retry: RetryPolicy | None = None,
+        cancel_grace_s: float = 5.0,
+        lease_ttl_s: float = 30.0,
+        templates: Templates = DEFAULT_TEMPLATES,
+        clock: Clock | None = None,
+    ) -> None:
+        if tools is not None and environment is not None:
+            raise TypeError("pass tools= or environment=, not both (tools=r means "
+                            "environment=ToolEnvironment(r))")
+        if not callable(getattr(model, "complete", None)):
+            raise TypeError(f"model must have an async complete(request) method, got {model!r}")
+        if cancel_grace_s < 0:
+            raise ConfigError(f"cancel_grace_s must be >= 0, got {cancel_grace_s}")
+        if lease_ttl_s <= 0:
+            raise ConfigError(f"lease_ttl_s must be > 0, got {lease_ttl_s}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a polyloop.Limits, got {type(limits).__name__}")
+        if environment is None:
+            environment = ToolEnvironment(tools or ToolRegistry(), templates=templates)
+        self.limits = limits or Limits()
+        self.journal: Journal = journal if journal is not None else MemoryJournal()
+        self.environment = environment
+        self._kernel = Kernel(
+            KernelConfig(
+                model=model,
+                interpreter=interpreter or NativeToolCallInterpreter(templates=templates),
+                environment=environment,
+                context_builder=context or ChatContextBuilder(templates=templates),
+                journal=self.journal,
+                observers=tuple(observers),
+                retry=retry or RetryPolicy(),
+                cancel_grace_s=cancel_grace_s,
+                lease_ttl_s=lease_ttl_s,
+                clock=clock or SystemClock(),
+                wording_version=templates.version,
+            )
+        )
+
+    async def run(
+        self,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        history: Sequence[Message] = (),
+        metadata: Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """Start a new run and drive it to its end.
+
+        Args:
+            goal: what the run is for; the first user message.
+            run_id: the run's id (default: a fresh one).
+            history: messages to continue from (e.g. a previous phase's transcript); stored
+                with the run, counted in ``prompt_chars``, in no budget; ``step_idx`` still
+                starts at 0.
+            metadata: JSON-ready data stored with the run.
+            limits: this run's limits (default: the ``Loop``'s).
+
+        Returns:
+            The :class:`RunResult`; its ``stop_reason`` says why the run stopped.
+
+        Raises:
+            RunExists: ``run_id`` is already in the journal (nothing written).
+            RunDetached: :meth:`detach` paused the run (no end record; resumable).
+            asyncio.CancelledError: re-raised after the ``cancelled`` end record is written.
+
+        After a crash, a cancellation or a detach: every step whose record was written is in
+        the journal; an action in flight may or may not have happened, and resume decides by
+        its replay policy. Any other exception propagates with no end record, and the run can
+        be resumed.
+        """
+        if not isinstance(goal, str):
+            raise TypeError(f"goal must be a str, got {type(goal).__name__}")
+        return await self._kernel.start(
+            goal,
+            limits=limits or self.limits,
+            run_id=run_id,
+            history=history,
+            metadata=metadata,
+        )
+
+    async def resume(self, run_id: str, *, limits: Limits | None = None) -> RunResult:
+        """Continue a journaled run from where its records end.
+
+        An ended run comes back as it ended, with no model or environment call (a cancelled
+        run with ``stop_reason = cancelled``); ``limits`` is then ignored. Otherwise ``limits``
+        overrides the stored limits from here on (the override is journaled).
+
+        Raises:
+            RunNotFound: no such run.
+            RunLeased: another live execution is advancing it (nothing written).
+            JournalError: its records are damaged or out of order (nothing written).
+            RunDetached / asyncio.CancelledError: as for :meth:`run`.
+        """
+        return await self._kernel.resume(run_id, limits=limits)
+
+    def detach(self, run_id: str) -> bool:
+        """Pause an active run at its next step boundary: no end record, lease released,
+        ``run``/``resume`` raise ``RunDetached``; continue later with :meth:`resume`.
+        Returns False when no such run is active on this ``Loop``."""
+        return self._kernel.detach(run_id)
+
+    def run_sync(self, goal: str, **kwargs: Any) -> RunResult:
+        """:meth:`run` for scripts (runs its own event loop)."""
+        return asyncio.run(self.run(goal, **kwargs))
+
+    def resume_sync(self, run_id: str, *, limits: Limits | None = None) -> RunResult:
+        """:meth:`resume` for scripts (runs its own event loop)."""
+        return asyncio.run(self.resume(run_id, limits=limits))

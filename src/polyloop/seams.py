@@ -1,0 +1,153 @@
+"""The five seams of the kernel (kernel.md §3), as ``typing.Protocol`` classes, plus a clock.
+
+The kernel calls only these; adapters implement them. Anything that has the methods fits: no
+base class to inherit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from .types import (
+    Action,
+    Decision,
+    Lease,
+    Message,
+    ModelReply,
+    ModelRequest,
+    Outcome,
+    Record,
+    ReplayPolicy,
+    RunSpec,
+    ToolContext,
+    ToolSpec,
+    Turn,
+)
+
+__all__ = ["Clock", "Context", "ContextBuilder", "Environment", "Interpreter", "Journal", "Model"]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """One model call per ``complete``.
+
+    Raise ``ModelCallError(retryable=True)`` for failures worth retrying (rate limits, timeouts,
+    5xx: the kernel retries with backoff, honouring ``retry_after``); any other exception is an
+    unrecoverable model failure and ends the run ``llm_error``. A model call must have no side
+    effect on the environment: after a crash it may be made again.
+    """
+
+    async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+
+@runtime_checkable
+class Interpreter(Protocol):
+    """Turns one reply into exactly one decision: ``Action``, ``FinalAnswer`` or
+    ``InvalidDecision``. Pure: no I/O, same reply in, same decision out (resume re-interprets
+    a journaled reply). An exception raised here is a bug and propagates."""
+
+    def interpret(self, reply: ModelReply, tool_specs: Sequence[ToolSpec]) -> Decision: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """Where actions happen.
+
+    ``execute`` returns an ``Outcome``; it raises ``EnvironmentFailure`` only when the
+    environment itself is broken (the kernel records ``env_error``). If it is cancelled or the
+    process dies mid-call, the action may or may not have happened, and there is no way to know
+    which: ``replay_policy`` tells resume what to do about that, and ``reconcile`` (for the
+    ``reconcile`` policy) asks the environment whether the action with this ``ctx.op_id``
+    happened (an ``Outcome``), did not (None), or cannot be told (raise ``OutcomeUnknown``).
+    """
+
+    def tool_specs(self) -> Sequence[ToolSpec]: ...
+
+    async def execute(self, action: Action, ctx: ToolContext) -> Outcome: ...
+
+    def replay_policy(self, action: Action) -> ReplayPolicy: ...
+
+    async def reconcile(self, action: Action, ctx: ToolContext) -> Outcome | None: ...
+
+
+@runtime_checkable
+class Context(Protocol):
+    """The conversation of one run, built incrementally.
+
+    ``prompt_chars`` is kernel.md §7's measure of ``messages()`` plus the tool specs, kept up to
+    date as steps are added (never re-measured over the whole history). ``messages()`` returns
+    an immutable snapshot, valid forever (later steps do not change it).
+    """
+
+    @property
+    def prompt_chars(self) -> int: ...
+
+    def messages(self) -> Sequence[Message]: ...
+
+    def add_step(self, turn: Turn) -> None: ...
+
+
+@runtime_checkable
+class ContextBuilder(Protocol):
+    """Makes the per-run :class:`Context`. One builder serves many concurrent runs, so all
+    per-run state lives in the context it returns. Building the same turns in the same order
+    must give byte-identical messages (resume relies on it)."""
+
+    def new(
+        self, *, goal: str, history: Sequence[Message], tool_specs: Sequence[ToolSpec]
+    ) -> Context: ...
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """The write-ahead log of runs (durability.md).
+
+    Every method may be called concurrently for different runs. Writes of a run are fenced by
+    its :class:`Lease`: ``append`` raises ``LeaseLost`` (writing nothing) when the lease is no
+    longer this execution's.
+
+    After a crash, every record whose ``append`` returned is durable, and one ``append`` is all
+    or nothing. If ``append`` is cancelled, it still finishes the write before ``CancelledError``
+    propagates (the records are then durable), unless the write itself fails.
+    """
+
+    async def create(self, spec: RunSpec, *, ttl_s: float) -> Lease:
+        """Store a new run and take its lease. Raises ``RunExists`` (writing nothing)."""
+        ...
+
+    async def read(self, run_id: str) -> tuple[RunSpec, Sequence[Record]]:
+        """The run and its records in ``seq`` order. Read-only. Raises ``RunNotFound``."""
+        ...
+
+    async def acquire(
+        self, run_id: str, *, ttl_s: float
+    ) -> tuple[Lease, RunSpec, Sequence[Record]]:
+        """Take the run's lease, then read it. Raises ``RunNotFound``, or ``RunLeased`` when a
+        live execution holds it (writing nothing)."""
+        ...
+
+    async def append(self, lease: Lease, records: Sequence[Record]) -> None:
+        """Durably append records in one transaction; a ``RunEnd`` among them releases the
+        lease in that same transaction."""
+        ...
+
+    async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
+        """Extend the lease's expiry (only the expiry). Raises ``LeaseLost``."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (no-op if it is no longer ours)."""
+        ...
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Time for the kernel: step timings, timestamps and retry backoff. Inject a fake one in
+    tests (``polyloop.testing.FakeClock``) so backoff never really sleeps."""
+
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...

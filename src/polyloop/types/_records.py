@@ -1,0 +1,442 @@
+"""Journal records (durability.md), the run row, leases and results.
+
+Records are append-only and numbered per run by the journal (``seq``). Each has a ``kind``
+string and a JSON form (:func:`record_to_dict` / :func:`record_from_dict`) that durable
+journals store; the kinds and their fields are part of the journal's table schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeAlias
+
+from ._enums import ActionStatus, ReplayPolicy, StopReason
+from ._errors import JournalError
+from ._step import StepRecord
+from ._values import (
+    Action,
+    Failure,
+    Limits,
+    Message,
+    ModelReply,
+    Outcome,
+    ToolCall,
+    Usage,
+)
+
+__all__ = [
+    "ActionIntent",
+    "ActionResult",
+    "ErrorInfo",
+    "Lease",
+    "LimitsChanged",
+    "ModelAttemptFailed",
+    "ModelFailure",
+    "ModelIntent",
+    "ModelResult",
+    "PendingAction",
+    "Record",
+    "RunEnd",
+    "RunResult",
+    "RunSpec",
+    "StepWritten",
+    "Turn",
+    "record_from_dict",
+    "record_to_dict",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """A model-call error as journaled: class name, message, and the ModelCallError fields."""
+
+    type: str
+    message: str
+    kind: str = "error"
+    retryable: bool = False
+    retry_after: float | None = None
+
+    def detail(self, attempts: int) -> str:
+        """The ``stop_detail`` of an ``llm_error`` run (kernel.md §7)."""
+        return (
+            f"{self.type}: {self.message} "
+            f"[kind={self.kind}, retryable={self.retryable}, attempts={attempts}]"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelIntent:
+    """Durable before the model is called. One per attempt; same ``intent_id`` for every
+    attempt of a step, also after a resume."""
+
+    kind: ClassVar[str] = "model_intent"
+    step_idx: int
+    intent_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResult:
+    """Durable before anything acts on the reply."""
+
+    kind: ClassVar[str] = "model_result"
+    step_idx: int
+    intent_id: str
+    attempt: int
+    llm_call_id: str
+    reply: ModelReply
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAttemptFailed:
+    """An attempt that failed and will be retried."""
+
+    kind: ClassVar[str] = "model_attempt_failed"
+    step_idx: int
+    intent_id: str
+    attempt: int
+    error: ErrorInfo
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailure:
+    """The final, unrecoverable failure of a step's model call (the step ends ``llm_error``)."""
+
+    kind: ClassVar[str] = "model_failure"
+    step_idx: int
+    intent_id: str
+    attempt: int
+    error: ErrorInfo
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ActionIntent:
+    """Durable before the environment is called. ``op_id`` is the tool's idempotency key;
+    ``replay_policy`` is what resume obeys if no result follows."""
+
+    kind: ClassVar[str] = "action_intent"
+    step_idx: int
+    op_id: str
+    action: Action
+    args_json: str | None
+    replay_policy: ReplayPolicy
+    known_tool: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """Written in one transaction with the step record it produced."""
+
+    kind: ClassVar[str] = "action_result"
+    step_idx: int
+    op_id: str
+    outcome: Outcome
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepWritten:
+    """A step record appended to the trajectory."""
+
+    kind: ClassVar[str] = "step"
+    step: StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAction:
+    """An action whose outcome is unknown (its intent is durable, its result is not)."""
+
+    step_idx: int
+    op_id: str
+    tool_name: str | None
+    args_json: str | None
+    action: str
+    replay_policy: ReplayPolicy
+
+    def describe(self) -> str:
+        """``op_id=… tool=… args=<canonical JSON> policy=…`` as kernel.md §4 asks."""
+        return (
+            f"op_id={self.op_id} tool={self.tool_name} args={self.args_json} "
+            f"policy={self.replay_policy.value}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """The end record. Exactly one per run; written with the step that ends the run."""
+
+    kind: ClassVar[str] = "end"
+    stop_reason: StopReason
+    stop_detail: str | None
+    final_answer: str | None
+    steps_used: int
+    actions_executed: int
+    ended_at: float
+    pending_action: PendingAction | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsChanged:
+    """``resume(limits=…)`` overrode the limits stored with the run."""
+
+    kind: ClassVar[str] = "limits"
+    limits: Limits
+
+
+Record: TypeAlias = (
+    ModelIntent
+    | ModelResult
+    | ModelAttemptFailed
+    | ModelFailure
+    | ActionIntent
+    | ActionResult
+    | StepWritten
+    | RunEnd
+    | LimitsChanged
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What a run was started with; the journal's ``runs`` row holds it."""
+
+    run_id: str
+    goal: str
+    limits: Limits
+    created_at: float
+    history: tuple[Message, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+    wording_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to advance one run, held by one execution until ``expires_at`` (epoch s).
+
+    ``owner`` names the execution (host id, pid, process start time, random token); two
+    executions never share one. Journals fence every write of a run with its lease.
+    """
+
+    run_id: str
+    owner: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """The result of a run (kernel.md §9). Also rebuilt by ``Loop.resume`` of an ended run.
+
+    ``stop_reason`` is never ``cancelled`` on a result that ``Loop.run`` returned (it re-raises
+    instead); only a rebuilt result of a cancelled run carries it.
+    """
+
+    run_id: str
+    stop_reason: StopReason
+    stop_detail: str | None
+    final_answer: str | None
+    steps: tuple[StepRecord, ...]
+    steps_used: int
+    actions_executed: int
+    started_at: float
+    """Epoch seconds the run was created."""
+    ended_at: float
+    """Epoch seconds the end record was written."""
+    pending_action: PendingAction | None = None
+    """The unresolved action of a ``resume_state_unknown`` run."""
+    usage: Usage | None = None
+    """Token totals over all model calls whose provider reported usage; None if none did."""
+    messages: tuple[Message, ...] = field(default=(), repr=False)
+    """The conversation as the model last saw it (plus the final reply), for the next phase."""
+
+
+# --- JSON forms ------------------------------------------------------------------------------
+
+
+def _reply_to(r: ModelReply) -> dict[str, Any]:
+    return {
+        "text": r.text,
+        "reasoning": r.reasoning,
+        "tool_calls": [
+            {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
+             else dict(c.arguments), "id": c.id}
+            for c in r.tool_calls
+        ],
+        "call_id": r.call_id,
+        "usage": None
+        if r.usage is None
+        else {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
+    }
+
+
+def _reply_from(d: Mapping[str, Any]) -> ModelReply:
+    usage = d.get("usage")
+    return ModelReply(
+        text=d["text"],
+        reasoning=d.get("reasoning"),
+        tool_calls=tuple(ToolCall(c["name"], c["arguments"], c.get("id")) for c in d["tool_calls"]),
+        call_id=d.get("call_id"),
+        usage=None if usage is None else Usage(usage["input_tokens"], usage["output_tokens"]),
+    )
+
+
+def _outcome_to(o: Outcome) -> dict[str, Any]:
+    f = o.failure
+    return {
+        "status": o.status.value,
+        "observation": o.observation,
+        "completed": o.completed,
+        "marker": o.marker,
+        "synthetic": o.synthetic,
+        "truncated_chars": o.truncated_chars,
+        "failure": None
+        if f is None
+        else {"check": f.check, "error_type": f.error_type, "top_frame": f.top_frame,
+              "message": f.message},
+    }
+
+
+def _outcome_from(d: Mapping[str, Any]) -> Outcome:
+    f = d.get("failure")
+    return Outcome(
+        status=ActionStatus(d["status"]),
+        observation=d["observation"],
+        completed=d["completed"],
+        marker=d["marker"],
+        synthetic=d["synthetic"],
+        truncated_chars=d["truncated_chars"],
+        failure=None if f is None else Failure(**f),
+    )
+
+
+def _action_to(a: Action) -> dict[str, Any]:
+    return {
+        "text": a.text,
+        "tool_name": a.tool_name,
+        "arguments": None if a.arguments is None else dict(a.arguments),
+        "call_id": a.call_id,
+    }
+
+
+def _error_to(e: ErrorInfo) -> dict[str, Any]:
+    return {"type": e.type, "message": e.message, "kind": e.kind, "retryable": e.retryable,
+            "retry_after": e.retry_after}
+
+
+def _pending_to(p: PendingAction | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"step_idx": p.step_idx, "op_id": p.op_id, "tool_name": p.tool_name,
+            "args_json": p.args_json, "action": p.action, "replay_policy": p.replay_policy.value}
+
+
+def _pending_from(d: Mapping[str, Any] | None) -> PendingAction | None:
+    if d is None:
+        return None
+    return PendingAction(d["step_idx"], d["op_id"], d["tool_name"], d["args_json"], d["action"],
+                         ReplayPolicy(d["replay_policy"]))
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """The JSON-ready form of a record, with its ``kind``."""
+    match record:
+        case ModelIntent(step_idx, intent_id, attempt):
+            body: dict[str, Any] = {"step_idx": step_idx, "intent_id": intent_id,
+                                    "attempt": attempt}
+        case ModelResult():
+            body = {"step_idx": record.step_idx, "intent_id": record.intent_id,
+                    "attempt": record.attempt, "llm_call_id": record.llm_call_id,
+                    "reply": _reply_to(record.reply), "latency_ms": record.latency_ms}
+        case ModelAttemptFailed() | ModelFailure():
+            body = {"step_idx": record.step_idx, "intent_id": record.intent_id,
+                    "attempt": record.attempt, "error": _error_to(record.error),
+                    "latency_ms": record.latency_ms}
+        case ActionIntent():
+            body = {"step_idx": record.step_idx, "op_id": record.op_id,
+                    "action": _action_to(record.action), "args_json": record.args_json,
+                    "replay_policy": record.replay_policy.value, "known_tool": record.known_tool}
+        case ActionResult():
+            body = {"step_idx": record.step_idx, "op_id": record.op_id,
+                    "outcome": _outcome_to(record.outcome), "latency_ms": record.latency_ms}
+        case StepWritten(step):
+            body = {"step": step.to_dict()}
+        case RunEnd():
+            body = {"stop_reason": record.stop_reason.value, "stop_detail": record.stop_detail,
+                    "final_answer": record.final_answer, "steps_used": record.steps_used,
+                    "actions_executed": record.actions_executed, "ended_at": record.ended_at,
+                    "pending_action": _pending_to(record.pending_action)}
+        case LimitsChanged(limits):
+            body = {"limits": limits.to_dict()}
+    body["kind"] = record.kind
+    return body
+
+
+def record_from_dict(d: Mapping[str, Any]) -> Record:
+    """Read :func:`record_to_dict` output.
+
+    Raises:
+        JournalError: the kind is unknown or a field is missing or malformed.
+    """
+    kind = d.get("kind")
+    try:
+        if kind == "model_intent":
+            return ModelIntent(d["step_idx"], d["intent_id"], d["attempt"])
+        if kind == "model_result":
+            return ModelResult(d["step_idx"], d["intent_id"], d["attempt"], d["llm_call_id"],
+                               _reply_from(d["reply"]), d["latency_ms"])
+        if kind in ("model_attempt_failed", "model_failure"):
+            cls = ModelAttemptFailed if kind == "model_attempt_failed" else ModelFailure
+            return cls(d["step_idx"], d["intent_id"], d["attempt"], ErrorInfo(**d["error"]),
+                       d["latency_ms"])
+        if kind == "action_intent":
+            a = d["action"]
+            return ActionIntent(d["step_idx"], d["op_id"],
+                                Action(a["text"], a["tool_name"], a["arguments"], a["call_id"]),
+                                d["args_json"], ReplayPolicy(d["replay_policy"]),
+                                d["known_tool"])
+        if kind == "action_result":
+            return ActionResult(d["step_idx"], d["op_id"], _outcome_from(d["outcome"]),
+                                d["latency_ms"])
+        if kind == "step":
+            return StepWritten(StepRecord.from_dict(d["step"]))
+        if kind == "end":
+            return RunEnd(StopReason(d["stop_reason"]), d["stop_detail"], d["final_answer"],
+                          d["steps_used"], d["actions_executed"], d["ended_at"],
+                          _pending_from(d.get("pending_action")))
+        if kind == "limits":
+            return LimitsChanged(Limits.from_dict(d["limits"]))
+    except JournalError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise JournalError(f"malformed {kind} record: {type(exc).__name__}: {exc}") from exc
+    raise JournalError(f"unknown journal record kind {kind!r}")
+
+
+def records_of(items: Sequence[Mapping[str, Any]]) -> list[Record]:
+    """Read a sequence of record dicts."""
+    return [record_from_dict(d) for d in items]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What a context builder is given to add one step to the conversation.
+
+    Args:
+        step: the step record (its ``parse_error`` or ``observation`` is what the model is told).
+        reply: the model reply of the step (None for a model-failure step: nothing to add).
+        observation_cut: characters PolyLoop cut from the end of ``step.observation`` for the
+            model (``Limits.max_observation_chars``); 0 when it sees it all.
+        steps_used: steps in the trajectory including this one.
+        actions_executed: executed actions including this one.
+        limits: the limits in force for this step (for an opt-in budget hint).
+    """
+
+    step: StepRecord
+    reply: ModelReply | None
+    observation_cut: int
+    steps_used: int
+    actions_executed: int
+    limits: Limits

@@ -1,0 +1,152 @@
+"""The step record (kernel.md §7, schema version 1.0): one row of the trajectory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ._enums import ActionStatus
+from ._errors import JournalError
+
+__all__ = ["STEP_SCHEMA_VERSION", "StepRecord"]
+
+STEP_SCHEMA_VERSION = "1.0"
+_SUPPORTED_MAJOR = 1
+
+
+def _fail(name: str, expected: str, value: object) -> TypeError:
+    return TypeError(f"StepRecord.{name} must be {expected}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One step of a run's trajectory. Immutable; validated at construction.
+
+    The field names are a public data format (the ``steps`` table has a column per field);
+    they never change. What each kind of step holds (model failure, invalid decision, final
+    answer, steered final answer, not executed, executed, env error) is the table in
+    kernel.md §7; the contract tests assert every row of it.
+
+    Invariants checked here: counts are >= 0; ``llm_call_id`` is None or non-empty (never "");
+    ``schema_version`` has major version 1.
+    """
+
+    step_idx: int
+    """Position in the trajectory, from 0."""
+    raw_response: str
+    """Model output before parsing: the visible text, plus a newline and the canonical JSON of
+    native tool calls as received. "" for a model-failure step."""
+    response_chars: int
+    """``len(visible text)``, counted by PolyLoop."""
+    reasoning_chars: int
+    """``len(reasoning or "")``, counted by PolyLoop."""
+    action: str | None
+    """How the action appears in the trajectory (the interpreter decides); None without one."""
+    parse_ok: bool
+    """The reply was read as an action or a final answer."""
+    parse_error: str | None
+    """The feedback sent to the model on an invalid decision."""
+    observation: str | None
+    """The environment's text in full (or PolyLoop's synthetic text)."""
+    observation_synthetic: bool
+    """PolyLoop wrote ``observation``, not the environment."""
+    observation_truncated_chars: int
+    """Characters of the observation the model did not see (PolyLoop's cut plus the tool's)."""
+    prompt_chars: int
+    """Size of the prompt for this step, in code points (kernel.md §7)."""
+    llm_call_id: str | None
+    """Join key to the model-call accounts; None only on a model-failure step."""
+    step_wall_ms: float
+    """The whole step: model (with retries and backoff), interpretation and execution."""
+    tool_name: str | None = None
+    """Tool actions only."""
+    tool_args_json: str | None = None
+    """Tool actions only: the arguments as canonical JSON."""
+    action_status: ActionStatus | None = None
+    """``executed`` / ``not_executed`` / ``env_error``; None when the step has no action."""
+    completed: bool = False
+    """The environment's completion signal for this step."""
+    schema_version: str = STEP_SCHEMA_VERSION
+    """Version of this record's format; a reader meeting an unknown major fails loudly."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "step_idx",
+            "response_chars",
+            "reasoning_chars",
+            "observation_truncated_chars",
+            "prompt_chars",
+        ):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise _fail(name, "an int >= 0", value)
+        if not isinstance(self.raw_response, str):
+            raise _fail("raw_response", "a str", self.raw_response)
+        for name in ("action", "parse_error", "observation", "tool_name", "tool_args_json"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise _fail(name, "a str or None", value)
+        for name in ("parse_ok", "observation_synthetic", "completed"):
+            if type(getattr(self, name)) is not bool:
+                raise _fail(name, "a bool", getattr(self, name))
+        if self.llm_call_id is not None and (
+            not isinstance(self.llm_call_id, str) or not self.llm_call_id
+        ):
+            raise _fail("llm_call_id", 'None or a non-empty str (never "")', self.llm_call_id)
+        if isinstance(self.step_wall_ms, bool) or not isinstance(self.step_wall_ms, int | float):
+            raise _fail("step_wall_ms", "a number", self.step_wall_ms)
+        if self.step_wall_ms < 0:
+            raise _fail("step_wall_ms", "a number >= 0", self.step_wall_ms)
+        if self.action_status is not None and not isinstance(self.action_status, ActionStatus):
+            try:
+                object.__setattr__(self, "action_status", ActionStatus(self.action_status))
+            except ValueError:
+                raise _fail("action_status", "an ActionStatus or None", self.action_status) from None
+        _check_version(self.schema_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (``action_status`` as its string)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.action_status is not None:
+            out["action_status"] = self.action_status.value
+        return out
+
+    def to_json(self) -> str:
+        """Stable JSON: sorted keys, no spaces, real unicode (the canonical form)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepRecord:
+        """Read a dict written by :meth:`to_dict` (or a ``steps`` row).
+
+        Raises:
+            JournalError: the record's ``schema_version`` has an unknown major version.
+            TypeError: a field is missing or has the wrong type.
+        """
+        version = data.get("schema_version", STEP_SCHEMA_VERSION)
+        _check_version(version)
+        known = {f.name for f in fields(cls)}
+        # A newer minor version may add fields with defaults: they are read past, not refused.
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> StepRecord:
+        """Read :meth:`to_json` output. Raises like :meth:`from_dict`."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError("a step record must be a JSON object")
+        return cls.from_dict(data)
+
+
+def _check_version(version: object) -> None:
+    if not isinstance(version, str):
+        raise JournalError(f"step record schema_version must be a string, got {version!r}")
+    major, _, _ = version.partition(".")
+    if not major.isdigit() or int(major) != _SUPPORTED_MAJOR:
+        raise JournalError(
+            f"step record schema_version {version!r} is not readable by this PolyLoop, "
+            f"which reads step record schema {STEP_SCHEMA_VERSION} (major {_SUPPORTED_MAJOR}); "
+            "upgrade polyloop to read it"
+        )

@@ -1,0 +1,310 @@
+"""Value types that cross the seams: model requests and replies, decisions, outcomes, limits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from ._enums import ActionStatus
+from ._errors import ConfigError
+
+__all__ = [
+    "Action",
+    "Decision",
+    "Failure",
+    "FinalAnswer",
+    "InvalidDecision",
+    "Limits",
+    "Message",
+    "ModelReply",
+    "ModelRequest",
+    "Outcome",
+    "RetryPolicy",
+    "ToolCall",
+    "ToolContext",
+    "ToolSpec",
+    "Usage",
+    "canonical_json",
+    "raw_response_of",
+]
+
+Message: TypeAlias = Mapping[str, Any]
+"""One chat message in the OpenAI chat format (``role``, ``content``, ``tool_calls``, ...).
+Messages handed out by PolyLoop are never mutated after they are built; do not mutate them."""
+
+ToolSpec: TypeAlias = Mapping[str, Any]
+"""One tool as the model sees it, in the OpenAI format:
+``{"type": "function", "function": {"name", "description", "parameters"}}``."""
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON form PolyLoop stores and measures: sorted keys, no spaces, real unicode."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one model call, as the provider reported it (None: not reported)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        def add(a: int | None, b: int | None) -> int | None:
+            return b if a is None else a if b is None else a + b
+
+        return Usage(
+            add(self.input_tokens, other.input_tokens),
+            add(self.output_tokens, other.output_tokens),
+        )
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Input plus output, or None when neither was reported."""
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One native tool call in a model reply.
+
+    ``arguments`` is a dict or a JSON string; the string form is kept exactly as received
+    (``raw_response`` records it verbatim, and malformed JSON is the interpreter's to judge).
+    """
+
+    name: str
+    arguments: Mapping[str, Any] | str
+    id: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        """The arguments as a string: verbatim if received as a string, else canonical JSON."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return canonical_json(dict(self.arguments))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """What the kernel hands the model for one call.
+
+    ``messages`` is an immutable snapshot of the context at call time; ``attempt`` starts at 1
+    and grows with each retry of the same step (also across a resume).
+    """
+
+    run_id: str
+    step_idx: int
+    attempt: int
+    messages: Sequence[Message]
+    tool_specs: Sequence[ToolSpec]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """One model reply: visible ``text``, optional ``reasoning``, native ``tool_calls``, the
+    provider's ``call_id`` (None or "" when it gave none: PolyLoop then uses its intent id),
+    and ``usage`` (None when the provider did not report it)."""
+
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    call_id: str | None = None
+    usage: Usage | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(f"ModelReply.text must be a str, got {type(self.text).__name__}")
+        if not isinstance(self.tool_calls, tuple):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+
+def raw_response_of(reply: ModelReply) -> str:
+    """``raw_response`` of kernel.md §7: the visible text, and for native tool calls a newline
+    plus the canonical JSON of the calls as received (``arguments`` verbatim)."""
+    if not reply.tool_calls:
+        return reply.text
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments_text} for c in reply.tool_calls]
+    return reply.text + "\n" + canonical_json(calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A decision to act. ``text`` is how the action appears in the trajectory (the interpreter
+    decides: ``name(args)`` for a tool call, the code for a code block). ``tool_name`` and
+    ``arguments`` are set for tool actions; ``call_id`` is the native tool call's id."""
+
+    text: str
+    tool_name: str | None = None
+    arguments: Mapping[str, Any] | None = None
+    call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinalAnswer:
+    """A decision to stop with an answer."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidDecision:
+    """The reply could not be read as an action or a final answer. ``feedback`` is sent back to
+    the model and recorded as the step's ``parse_error``."""
+
+    feedback: str
+
+
+Decision: TypeAlias = Action | FinalAnswer | InvalidDecision
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failure described by stable fields, for the failure guard (kernel.md §10).
+
+    Only these fields feed the fingerprint; never timings, addresses or temp paths.
+    """
+
+    check: str | None = None
+    """The failing check, e.g. a test id with its path."""
+    error_type: str | None = None
+    """The exception or error class name."""
+    top_frame: str | None = None
+    """``file:line`` of the innermost relevant frame."""
+    message: str | None = None
+    """The key assertion or message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the environment reports for one action.
+
+    Args:
+        status: ``executed`` / ``not_executed`` / ``env_error``.
+        observation: the environment's text, in full (the kernel cuts what the model sees).
+        completed: the environment's completion signal; a plain bool (a failure to query it
+            is ``env_error`` in ``status``, never a third value).
+        marker: a completion-marker tool returned normally.
+        synthetic: PolyLoop, not the environment, wrote ``observation``.
+        truncated_chars: characters a tool cut from its own output.
+        failure: a description of the failure, for the failure guard.
+    """
+
+    status: ActionStatus
+    observation: str
+    completed: bool = False
+    marker: bool = False
+    synthetic: bool = False
+    truncated_chars: int = 0
+    failure: Failure | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, ActionStatus):
+            object.__setattr__(self, "status", ActionStatus(self.status))
+        if not isinstance(self.observation, str):
+            raise TypeError(
+                f"Outcome.observation must be a str, got {type(self.observation).__name__}"
+            )
+        if self.truncated_chars < 0:
+            raise ValueError("Outcome.truncated_chars must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Handed to a tool that asks for it. ``op_id`` is allocated and journaled before the call
+    and stays the same if the call is replayed on resume: use it as an idempotency key."""
+
+    run_id: str
+    step_idx: int
+    op_id: str
+
+
+def _check_limit(name: str, value: object, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "a positive int or None" if optional else "a positive int"
+        raise ConfigError(f"Limits.{name} must be {kind}, got {value!r}")
+    if value <= 0:
+        raise ConfigError(
+            f"Limits.{name} must be > 0, got {value}"
+            + ("; use None for no limit" if optional else "")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The budgets and caps of one run (kernel.md §5). Stored with the run.
+
+    ``max_steps`` is always a positive int (the hard backstop); the others may be None
+    (unbounded). Any value <= 0 raises :class:`ConfigError` here, at construction.
+    """
+
+    max_steps: int = 30
+    """Step records appended (invalid, model-failure and env-error steps included)."""
+    max_actions: int | None = None
+    """Times the environment returned ``executed``."""
+    max_consecutive_invalid: int = 3
+    """Consecutive invalid decisions that end the run ``parse_failed_repeatedly``."""
+    max_prompt_chars: int | None = None
+    """Largest prompt (``prompt_chars``, in code points) the model may be sent."""
+    max_observation_chars: int | None = None
+    """Characters of an observation the model sees; the step keeps the full text."""
+    same_failure_limit: int | None = None
+    """Reserved for the failure guard (kernel.md §10); not yet enforced."""
+
+    def __post_init__(self) -> None:
+        _check_limit("max_steps", self.max_steps, optional=False)
+        _check_limit("max_actions", self.max_actions, optional=True)
+        _check_limit("max_consecutive_invalid", self.max_consecutive_invalid, optional=False)
+        _check_limit("max_prompt_chars", self.max_prompt_chars, optional=True)
+        _check_limit("max_observation_chars", self.max_observation_chars, optional=True)
+        _check_limit("same_failure_limit", self.same_failure_limit, optional=True)
+
+    def to_dict(self) -> dict[str, int | None]:
+        """A JSON-ready dict of every limit."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Limits:
+        """Read :meth:`to_dict` output; unknown keys are an error (they mean a newer writer)."""
+        unknown = set(data) - set(cls.__slots__)
+        if unknown:
+            raise ConfigError(f"unknown limits {sorted(unknown)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How model calls are retried. Only ``ModelCallError(retryable=True)`` is retried.
+
+    The wait before attempt ``n + 1`` is ``initial_backoff_s * multiplier ** (n - 1)``, capped
+    at ``max_backoff_s``, spread by ``±jitter`` (a fraction), and never shorter than the
+    provider's ``retry_after``.
+    """
+
+    max_attempts: int = 3
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    multiplier: float = 2.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigError(f"RetryPolicy.max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("initial_backoff_s", "max_backoff_s", "multiplier"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"RetryPolicy.{name} must be >= 0")
+        if not 0 <= self.jitter < 1:
+            raise ConfigError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}")
+
+    def backoff_s(self, attempt: int, retry_after: float | None, rand: float) -> float:
+        """Seconds to wait after failed ``attempt`` (1-based); ``rand`` is uniform in [0, 1)."""
+        base = min(self.max_backoff_s, self.initial_backoff_s * self.multiplier ** (attempt - 1))
+        base *= 1 + self.jitter * (2 * rand - 1)
+        return max(base, retry_after or 0.0)
