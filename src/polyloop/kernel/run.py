@@ -417,14 +417,18 @@ class RunDriver:
     async def _write(self, records: tuple[Record, ...]) -> None:
         try:
             await self.cfg.journal.append(self.lease, records)
-        finally:
-            # Reached on success and on cancellation (the Journal seam finishes a cancelled
-            # write before re-raising); on a failed write the run is abandoned anyway.
-            for r in records:
-                if isinstance(r, ActionResult):
-                    self._in_flight = self._action_task = self._intent_written = None
-                elif isinstance(r, RunEnd):
-                    self._ended = True
+        except asyncio.CancelledError:
+            # The Journal seam finishes a cancelled write before re-raising: it is durable.
+            self._durable(records)
+            raise
+        self._durable(records)
+
+    def _durable(self, records: tuple[Record, ...]) -> None:
+        for r in records:
+            if isinstance(r, ActionResult):
+                self._in_flight = self._action_task = self._intent_written = None
+            elif isinstance(r, RunEnd):
+                self._ended = True
 
     def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> None:
         st = self.state

@@ -1,0 +1,295 @@
+"""kernel.md §2, §8 and §9: the entry, cancellation, detaching, other exceptions, events."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+from polyloop import (
+    Limits,
+    Loop,
+    ModelReply,
+    RunDetached,
+    RunExists,
+    StopReason,
+    ToolRegistry,
+)
+from polyloop.events import (
+    ActionFinished,
+    ActionStarted,
+    ModelCallFinished,
+    ModelCallStarted,
+    RunEnded,
+    RunStarted,
+    StepAppended,
+)
+from polyloop.journal import MemoryJournal
+from polyloop.testing import FunctionModel, ScriptedModel
+from polyloop.types import ActionResult, ModelRequest, RunEnd
+from tests.conftest import RecordingJournal, call, make_tools
+
+# --- §2 the entry ----------------------------------------------------------------------------
+
+
+async def test_loop_with_only_a_model_and_tools_works() -> None:
+    r = await Loop(ScriptedModel([call("noop"), "done"]), tools=make_tools()).run("g")
+    assert r.stop_reason == StopReason.agent_finished
+
+
+def test_tools_and_environment_together_is_a_type_error() -> None:
+    tools = ToolRegistry()
+    from polyloop import ToolEnvironment
+
+    with pytest.raises(TypeError, match="not both"):
+        Loop(ScriptedModel([]), tools=tools, environment=ToolEnvironment(tools))
+
+
+async def test_a_duplicate_run_id_raises_run_exists_and_writes_nothing() -> None:
+    journal = RecordingJournal()
+    loop = Loop(ScriptedModel(["a", "b"]), journal=journal)
+    await loop.run("g", run_id="r1")
+    before = list(journal.inner.records("r1"))
+    with pytest.raises(RunExists, match="r1"):
+        await loop.run("other", run_id="r1")
+    assert list(journal.inner.records("r1")) == before
+
+
+async def test_history_is_stored_counts_toward_no_budget_and_steps_start_at_zero() -> None:
+    journal = MemoryJournal()
+    model = ScriptedModel(["fine"])
+    history = [{"role": "user", "content": "phase 1 said hi"}]
+    r = await Loop(model, journal=journal, limits=Limits(max_steps=1)).run("g", history=history)
+    spec, _ = await journal.read(r.run_id)
+    assert list(spec.history) == history
+    assert r.steps[0].step_idx == 0 and r.stop_reason == StopReason.agent_finished
+    assert any(m.get("content") == "phase 1 said hi" for m in model.requests[0].messages)
+
+
+async def test_concurrent_runs_on_one_loop_are_independent() -> None:
+    def fn(request: ModelRequest) -> ModelReply:
+        return call("noop") if request.step_idx < 3 else ModelReply(f"end {request.run_id}")
+
+    loop = Loop(FunctionModel(fn), tools=make_tools())
+    results = await asyncio.gather(*(loop.run("g", run_id=f"r{i}") for i in range(20)))
+    assert [r.final_answer for r in results] == [f"end r{i}" for i in range(20)]
+    assert all(r.steps_used == 4 and r.actions_executed == 3 for r in results)
+
+
+def test_run_sync_works_from_a_script() -> None:
+    r = Loop(ScriptedModel(["sync answer"])).run_sync("g")
+    assert r.final_answer == "sync answer"
+
+
+# --- §8 cancellation ---------------------------------------------------------------------------
+
+
+async def test_cancellation_reraises_and_the_journal_end_record_says_cancelled() -> None:
+    journal = RecordingJournal()
+    started = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> ModelReply:
+        started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    task = asyncio.create_task(Loop(FunctionModel(hang), journal=journal).run("g", run_id="c1"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    end = journal.end("c1")
+    assert end is not None and end.stop_reason == StopReason.cancelled
+    assert end.stop_detail is None  # nothing was in flight but the model call
+
+
+async def test_a_cancelled_run_resumes_as_cancelled_without_calls() -> None:
+    journal = MemoryJournal()
+    started = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> ModelReply:
+        started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    task = asyncio.create_task(Loop(FunctionModel(hang), journal=journal).run("g", run_id="c2"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    model = ScriptedModel([])
+    r = await Loop(model, journal=journal).resume("c2")
+    assert r.stop_reason == StopReason.cancelled and model.requests == []
+
+
+async def test_a_sync_tool_in_flight_finishes_within_the_grace_and_its_step_is_kept() -> None:
+    journal = RecordingJournal()
+    entered, release = threading.Event(), threading.Event()
+    tools = ToolRegistry()
+
+    @tools.tool
+    def slow_write() -> str:
+        """A tool that takes a while."""
+        entered.set()
+        release.wait(5)
+        return "written"
+
+    loop = Loop(ScriptedModel([call("slow_write")]), tools=tools, journal=journal,
+                cancel_grace_s=5.0)
+    task = asyncio.create_task(loop.run("g", run_id="c3"))
+    await asyncio.to_thread(entered.wait, 5)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    records = journal.inner.records("c3")
+    assert [r.kind for r in records[-3:]] == ["action_result", "step", "end"]
+    result = next(r for r in records if isinstance(r, ActionResult))
+    assert result.outcome.observation == "written"
+    end = records[-1]
+    assert isinstance(end, RunEnd) and end.stop_reason == StopReason.cancelled
+    assert (end.steps_used, end.actions_executed) == (1, 1)
+
+
+async def test_an_action_that_outlives_the_grace_is_named_in_the_stop_detail() -> None:
+    journal = RecordingJournal()
+    tools = ToolRegistry()
+    entered = asyncio.Event()
+
+    @tools.tool
+    async def forever() -> str:
+        """Never returns."""
+        entered.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    loop = Loop(ScriptedModel([call("forever")]), tools=tools, journal=journal,
+                cancel_grace_s=0.05)
+    task = asyncio.create_task(loop.run("g", run_id="c4"))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    end = journal.end("c4")
+    assert end is not None and end.stop_reason == StopReason.cancelled
+    assert "op_id=" in (end.stop_detail or "") and "tool=forever" in (end.stop_detail or "")
+    assert "unknown" in (end.stop_detail or "")
+    assert not any(isinstance(r, ActionResult) for r in journal.inner.records("c4"))
+
+
+async def test_an_end_record_already_written_stands_on_cancellation() -> None:
+    inner = MemoryJournal()
+    landed = asyncio.Event()
+
+    class SlowAfterEnd(RecordingJournal):
+        async def append(self, lease: Any, records: Any) -> None:
+            await super().append(lease, records)
+            if any(isinstance(r, RunEnd) for r in records):
+                landed.set()
+                await asyncio.sleep(3600)  # cancelled here, after the end record landed
+
+    journal = SlowAfterEnd(inner)
+    task = asyncio.create_task(Loop(ScriptedModel(["answer"]), journal=journal).run("g",
+                                                                                   run_id="c5"))
+    await landed.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    ends = [r for r in inner.records("c5") if isinstance(r, RunEnd)]
+    assert len(ends) == 1 and ends[0].stop_reason == StopReason.agent_finished
+
+
+# --- §8 detaching and other exceptions ---------------------------------------------------------
+
+
+async def test_detach_stops_at_the_next_step_boundary_without_an_end_record() -> None:
+    journal = RecordingJournal()
+    holder: dict[str, Loop] = {}
+
+    def fn(request: ModelRequest) -> ModelReply:
+        if request.step_idx == 1:
+            assert holder["loop"].detach("d1") is True
+        return call("noop") if request.step_idx < 4 else ModelReply("end")
+
+    loop = Loop(FunctionModel(fn), tools=make_tools(), journal=journal)
+    holder["loop"] = loop
+    with pytest.raises(RunDetached, match="d1") as info:
+        await loop.run("g", run_id="d1")
+    assert info.value.steps_used == 2  # the step in progress finished first
+    assert journal.end("d1") is None
+    # The lease is released: another Loop can resume at once and finish the run.
+    r = await Loop(FunctionModel(fn), tools=make_tools(), journal=journal).resume("d1")
+    assert r.stop_reason == StopReason.agent_finished and r.steps_used == 5
+    assert [s.step_idx for s in r.steps] == [0, 1, 2, 3, 4]
+
+
+async def test_detach_of_an_unknown_run_says_false() -> None:
+    assert Loop(ScriptedModel([])).detach("nobody") is False
+
+
+async def test_another_exception_propagates_with_no_end_record_and_the_run_resumes() -> None:
+    journal = MemoryJournal()
+
+    class BuggyInterpreter:
+        def interpret(self, reply: ModelReply, tool_specs: Any) -> Any:
+            raise KeyError("bug in my interpreter")
+
+    with pytest.raises(KeyError, match="bug in my interpreter"):
+        await Loop(ScriptedModel(["x"]), journal=journal,
+                   interpreter=BuggyInterpreter()).run("g", run_id="e1")
+    assert not any(isinstance(r, RunEnd) for r in journal.records("e1"))
+    model = ScriptedModel([])  # the stored reply is re-interpreted: no new model call
+    r = await Loop(model, journal=journal).resume("e1")
+    assert r.stop_reason == StopReason.agent_finished and r.final_answer == "x"
+    assert model.requests == []
+
+
+# --- §9 results and events ---------------------------------------------------------------------
+
+
+async def test_observers_receive_the_events_of_a_run_in_order() -> None:
+    events: list[object] = []
+    await Loop(ScriptedModel([call("noop"), "bye"]), tools=make_tools(),
+               observers=[events.append]).run("g")
+    kinds = [type(e) for e in events]
+    assert kinds == [
+        RunStarted,
+        ModelCallStarted, ModelCallFinished, ActionStarted, ActionFinished, StepAppended,
+        ModelCallStarted, ModelCallFinished, StepAppended,
+        RunEnded,
+    ]
+    started = events[3]
+    finished = events[4]
+    assert isinstance(started, ActionStarted) and isinstance(finished, ActionFinished)
+    assert started.op_id == finished.op_id and started.tool_name == "noop"
+
+
+async def test_an_observer_that_raises_is_logged_and_never_changes_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def bad(event: object) -> None:
+        raise RuntimeError("observer bug")
+
+    with caplog.at_level(logging.ERROR, logger="polyloop"):
+        r = await Loop(ScriptedModel([call("noop"), "bye"]), tools=make_tools(),
+                       observers=[bad]).run("g")
+    assert r.stop_reason == StopReason.agent_finished and r.steps_used == 2
+    assert "observer bug" in caplog.text
+
+
+async def test_the_result_carries_counters_timestamps_usage_and_messages() -> None:
+    from polyloop import Usage
+
+    script = [
+        ModelReply(tool_calls=call("noop").tool_calls, usage=Usage(10, 2)),
+        ModelReply("done", usage=Usage(15, 3)),
+    ]
+    r = await Loop(ScriptedModel(script), tools=make_tools()).run("g")
+    assert r.usage == Usage(25, 5) and r.usage.total_tokens == 30
+    assert r.ended_at >= r.started_at
+    assert r.messages[-1] == {"role": "assistant", "content": "done"}
+    assert r.pending_action is None
