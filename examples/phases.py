@@ -66,7 +66,9 @@ async def orchestrate(goal: str, models: dict[str, ScriptedModel]) -> list[Phase
     for name, limits, expected in phases:
         loop = Loop(models[name], tools=tools, journal=journal, limits=limits)
         result = await loop.run(
-            f"[{name}] {goal}", history=history, metadata={"phase": name}  # type: ignore[arg-type]
+            f"[{name}] {goal}",
+            history=history,
+            metadata={"phase": name},  # type: ignore[arg-type]
         )
         reports.append(PhaseReport(name, result))
         if result.stop_reason not in expected:

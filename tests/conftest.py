@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 
 from polyloop import EnvironmentFailure, ModelReply, Outcome, ToolCall, ToolRegistry
-from polyloop.types import ActionStatus
 from polyloop.journal import MemoryJournal
-from polyloop.types import Lease, Record, RunEnd, RunSpec, StepWritten
+from polyloop.types import ActionStatus, Lease, Record, RunEnd, RunSpec, StepWritten
 
 
 def call(name: str, args: dict[str, Any] | str | None = None, id: str | None = None) -> ModelReply:
@@ -45,7 +44,9 @@ class RecordingJournal:
     async def read(self, run_id: str) -> tuple[RunSpec, Sequence[Record]]:
         return await self.inner.read(run_id)
 
-    async def acquire(self, run_id: str, *, ttl_s: float) -> tuple[Lease, RunSpec, Sequence[Record]]:
+    async def acquire(
+        self, run_id: str, *, ttl_s: float
+    ) -> tuple[Lease, RunSpec, Sequence[Record]]:
         return await self.inner.acquire(run_id, ttl_s=ttl_s)
 
     async def append(self, lease: Lease, records: Sequence[Record]) -> None:

@@ -84,8 +84,10 @@ class Loop:
         clock: Clock | None = None,
     ) -> None:
         if tools is not None and environment is not None:
-            raise TypeError("pass tools= or environment=, not both (tools=r means "
-                            "environment=ToolEnvironment(r))")
+            raise TypeError(
+                "pass tools= or environment=, not both (tools=r means "
+                "environment=ToolEnvironment(r))"
+            )
         if not callable(getattr(model, "complete", None)):
             raise TypeError(f"model must have an async complete(request) method, got {model!r}")
         if cancel_grace_s < 0:

@@ -137,8 +137,9 @@ async def test_a_sync_tool_in_flight_finishes_within_the_grace_and_its_step_is_k
         release.wait(5)
         return "written"
 
-    loop = Loop(ScriptedModel([call("slow_write")]), tools=tools, journal=journal,
-                cancel_grace_s=5.0)
+    loop = Loop(
+        ScriptedModel([call("slow_write")]), tools=tools, journal=journal, cancel_grace_s=5.0
+    )
     task = asyncio.create_task(loop.run("g", run_id="c3"))
     await asyncio.to_thread(entered.wait, 5)
     task.cancel()
@@ -167,8 +168,7 @@ async def test_an_action_that_outlives_the_grace_is_named_in_the_stop_detail() -
         await asyncio.sleep(3600)
         return "never"
 
-    loop = Loop(ScriptedModel([call("forever")]), tools=tools, journal=journal,
-                cancel_grace_s=0.05)
+    loop = Loop(ScriptedModel([call("forever")]), tools=tools, journal=journal, cancel_grace_s=0.05)
     task = asyncio.create_task(loop.run("g", run_id="c4"))
     await entered.wait()
     task.cancel()
@@ -193,8 +193,9 @@ async def test_an_end_record_already_written_stands_on_cancellation() -> None:
                 await asyncio.sleep(3600)  # cancelled here, after the end record landed
 
     journal = SlowAfterEnd(inner)
-    task = asyncio.create_task(Loop(ScriptedModel(["answer"]), journal=journal).run("g",
-                                                                                   run_id="c5"))
+    task = asyncio.create_task(
+        Loop(ScriptedModel(["answer"]), journal=journal).run("g", run_id="c5")
+    )
     await landed.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -239,8 +240,9 @@ async def test_another_exception_propagates_with_no_end_record_and_the_run_resum
             raise KeyError("bug in my interpreter")
 
     with pytest.raises(KeyError, match="bug in my interpreter"):
-        await Loop(ScriptedModel(["x"]), journal=journal,
-                   interpreter=BuggyInterpreter()).run("g", run_id="e1")
+        await Loop(ScriptedModel(["x"]), journal=journal, interpreter=BuggyInterpreter()).run(
+            "g", run_id="e1"
+        )
     assert not any(isinstance(r, RunEnd) for r in journal.records("e1"))
     model = ScriptedModel([])  # the stored reply is re-interpreted: no new model call
     r = await Loop(model, journal=journal).resume("e1")
@@ -253,13 +255,20 @@ async def test_another_exception_propagates_with_no_end_record_and_the_run_resum
 
 async def test_observers_receive_the_events_of_a_run_in_order() -> None:
     events: list[object] = []
-    await Loop(ScriptedModel([call("noop"), "bye"]), tools=make_tools(),
-               observers=[events.append]).run("g")
+    await Loop(
+        ScriptedModel([call("noop"), "bye"]), tools=make_tools(), observers=[events.append]
+    ).run("g")
     kinds = [type(e) for e in events]
     assert kinds == [
         RunStarted,
-        ModelCallStarted, ModelCallFinished, ActionStarted, ActionFinished, StepAppended,
-        ModelCallStarted, ModelCallFinished, StepAppended,
+        ModelCallStarted,
+        ModelCallFinished,
+        ActionStarted,
+        ActionFinished,
+        StepAppended,
+        ModelCallStarted,
+        ModelCallFinished,
+        StepAppended,
         RunEnded,
     ]
     started = events[3]
@@ -275,8 +284,9 @@ async def test_an_observer_that_raises_is_logged_and_never_changes_the_run(
         raise RuntimeError("observer bug")
 
     with caplog.at_level(logging.ERROR, logger="polyloop"):
-        r = await Loop(ScriptedModel([call("noop"), "bye"]), tools=make_tools(),
-                       observers=[bad]).run("g")
+        r = await Loop(
+            ScriptedModel([call("noop"), "bye"]), tools=make_tools(), observers=[bad]
+        ).run("g")
     assert r.stop_reason == StopReason.agent_finished and r.steps_used == 2
     assert "observer bug" in caplog.text
 

@@ -108,8 +108,9 @@ def script(request: ModelRequest) -> ModelReply:
 
 
 def new_loop(world: World, journal: Any, **kw: Any) -> Loop:
-    return Loop(FunctionModel(script), tools=world.tools(), journal=journal, clock=FakeClock(),
-                **kw)
+    return Loop(
+        FunctionModel(script), tools=world.tools(), journal=journal, clock=FakeClock(), **kw
+    )
 
 
 def comparable(step: StepRecord) -> StepRecord:
@@ -137,7 +138,8 @@ async def test_a_crash_around_any_write_resumes_to_the_same_run_or_says_it_canno
     ref_journal, ref = await reference()
     total = ref_journal.count
     never_intents = {
-        i: batch[0] for i, batch in enumerate(ref_journal.appends, start=1)
+        i: batch[0]
+        for i, batch in enumerate(ref_journal.appends, start=1)
         if isinstance(batch[0], ActionIntent) and batch[0].replay_policy == ReplayPolicy.never
     }
     assert {i.action.tool_name for i in never_intents.values()} == {"charge", "submit"}
@@ -173,21 +175,26 @@ async def test_a_crash_around_any_write_resumes_to_the_same_run_or_says_it_canno
         assert len(r.messages) == len(ref.messages), n
 
 
-async def crash_at_kind(kind: str, tool: str | None = None, *, after: bool,
-                        world: World | None = None) -> tuple[World, MemoryJournal]:
+async def crash_at_kind(
+    kind: str, tool: str | None = None, *, after: bool, world: World | None = None
+) -> tuple[World, MemoryJournal]:
     """Crash a fresh run around its first write whose first record is ``kind``."""
     ref_journal, _ = await reference()
     n = next(
-        i for i, batch in enumerate(ref_journal.appends, start=1)
+        i
+        for i, batch in enumerate(ref_journal.appends, start=1)
         if batch[0].kind == kind
-        and (tool is None or (isinstance(batch[0], ActionIntent)
-                              and batch[0].action.tool_name == tool))
+        and (
+            tool is None
+            or (isinstance(batch[0], ActionIntent) and batch[0].action.tool_name == tool)
+        )
     )
     world = world or World()
     inner = MemoryJournal()
     with pytest.raises(Crash):
         await new_loop(world, RecordingJournal(inner, crash_at=n, crash_after=after)).run(
-            "pay", run_id="r")
+            "pay", run_id="r"
+        )
     return world, inner
 
 
@@ -222,8 +229,10 @@ async def test_resume_of_a_model_intent_without_result_calls_again_with_the_same
     await Loop(model, tools=world.tools(), journal=journal).resume("r")
     assert model.requests[0].attempt == 2 and model.requests[0].step_idx == 0
     again = [x for x in journal.records("r") if isinstance(x, ModelIntent) and x.step_idx == 0]
-    assert [(x.intent_id, x.attempt) for x in again] == [(intent.intent_id, 1),
-                                                         (intent.intent_id, 2)]
+    assert [(x.intent_id, x.attempt) for x in again] == [
+        (intent.intent_id, 1),
+        (intent.intent_id, 2),
+    ]
 
 
 async def test_resume_of_a_model_failure_without_its_step_ends_llm_error_without_a_call() -> None:
@@ -246,8 +255,11 @@ async def test_resume_of_a_model_failure_without_its_step_ends_llm_error_without
 
 async def test_resume_of_a_model_result_without_a_step_reinterprets_without_a_call() -> None:
     world, journal = await crash_at_kind("model_result", after=True)
-    model = FunctionModel(lambda request: call("store", {"key": "DIFFERENT"}) if
-                          request.step_idx == 0 else script(request))
+    model = FunctionModel(
+        lambda request: (
+            call("store", {"key": "DIFFERENT"}) if request.step_idx == 0 else script(request)
+        )
+    )
     r = await Loop(model, tools=world.tools(), journal=journal).resume("r")
     assert model.requests[0].step_idx == 1  # step 0's reply came from the journal
     assert r.steps[0].tool_args_json == '{"key":"a"}'
@@ -260,7 +272,7 @@ async def test_resume_of_a_never_replay_intent_is_resume_state_unknown() -> None
     assert world.charged == []
     p = r.pending_action
     assert p is not None and p.tool_name == "charge" and p.args_json == '{"amount":5}'
-    assert r.stop_detail == f"op_id={p.op_id} tool=charge args={{\"amount\":5}} policy=never"
+    assert r.stop_detail == f'op_id={p.op_id} tool=charge args={{"amount":5}} policy=never'
     assert r.steps_used == 2  # the unresolved action has no step
 
 
@@ -283,9 +295,11 @@ async def test_resume_of_a_reconcile_intent_asks_the_environment(answer: str) ->
 
     inner = MemoryJournal()
     with pytest.raises(Crash):
-        await Loop(FunctionModel(script_send), tools=world_tools(),
-                   journal=RecordingJournal(inner, crash_at=3, crash_after=True)).run(
-            "mail", run_id="m")  # write 3 is the action intent
+        await Loop(
+            FunctionModel(script_send),
+            tools=world_tools(),
+            journal=RecordingJournal(inner, crash_at=3, crash_after=True),
+        ).run("mail", run_id="m")  # write 3 is the action intent
     intent = [x for x in inner.records("m") if isinstance(x, ActionIntent)][-1]
     world.reconcile_answer = {
         "happened": Outcome(ActionStatus.executed, "sent earlier"),
@@ -354,8 +368,9 @@ async def test_resume_rebuilds_counters_including_consecutive_invalid() -> None:
     # An invalid step is three writes (intent, result, step): crash after step 1's step.
     rec = RecordingJournal(journal, crash_at=6, crash_after=True)
     with pytest.raises(Crash):
-        await Loop(FunctionModel(invalid_twice), journal=rec,
-                   limits=Limits(max_consecutive_invalid=3)).run("g", run_id="i")
+        await Loop(
+            FunctionModel(invalid_twice), journal=rec, limits=Limits(max_consecutive_invalid=3)
+        ).run("g", run_id="i")
     assert [s.step_idx for s in rec.steps("i")] == [0, 1]
     r = await Loop(FunctionModel(invalid_twice), journal=journal).resume("i")
     assert r.stop_reason == StopReason.parse_failed_repeatedly and r.steps_used == 3

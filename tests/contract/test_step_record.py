@@ -16,26 +16,46 @@ from polyloop import (
     ModelReply,
     Outcome,
     StepRecord,
-    ToolRegistry,
     ToolCall,
+    ToolRegistry,
 )
 from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
 from polyloop.types import ModelRequest, canonical_json
-from tests.conftest import RecordingJournal, call, make_tools
+from tests.conftest import call, make_tools
 
 FIELDS_13 = [
-    "step_idx", "raw_response", "response_chars", "reasoning_chars", "action", "parse_ok",
-    "parse_error", "observation", "observation_synthetic", "observation_truncated_chars",
-    "prompt_chars", "llm_call_id", "step_wall_ms",
+    "step_idx",
+    "raw_response",
+    "response_chars",
+    "reasoning_chars",
+    "action",
+    "parse_ok",
+    "parse_error",
+    "observation",
+    "observation_synthetic",
+    "observation_truncated_chars",
+    "prompt_chars",
+    "llm_call_id",
+    "step_wall_ms",
 ]
 FIELDS_5 = ["tool_name", "tool_args_json", "action_status", "completed", "schema_version"]
 
 
 def a_step(**over: Any) -> StepRecord:
     base: dict[str, Any] = dict(
-        step_idx=0, raw_response="hi", response_chars=2, reasoning_chars=0, action=None,
-        parse_ok=True, parse_error=None, observation=None, observation_synthetic=False,
-        observation_truncated_chars=0, prompt_chars=10, llm_call_id="c1", step_wall_ms=1.5,
+        step_idx=0,
+        raw_response="hi",
+        response_chars=2,
+        reasoning_chars=0,
+        action=None,
+        parse_ok=True,
+        parse_error=None,
+        observation=None,
+        observation_synthetic=False,
+        observation_truncated_chars=0,
+        prompt_chars=10,
+        llm_call_id="c1",
+        step_wall_ms=1.5,
     )
     base.update(over)
     return StepRecord(**base)
@@ -45,7 +65,12 @@ def test_step_record_has_exactly_the_contract_fields_in_order() -> None:
     assert list(StepRecord.__dataclass_fields__) == FIELDS_13 + FIELDS_5
     s = a_step()
     assert (s.tool_name, s.tool_args_json, s.action_status, s.completed, s.schema_version) == (
-        None, None, None, False, "1.0")
+        None,
+        None,
+        None,
+        False,
+        "1.0",
+    )
 
 
 def test_step_record_is_immutable() -> None:
@@ -73,8 +98,13 @@ def test_step_record_rejects_invalid_values(over: dict[str, Any]) -> None:
 
 
 def test_step_record_json_round_trip_is_stable() -> None:
-    s = a_step(action="noop({})", tool_name="noop", tool_args_json="{}",
-               action_status=ActionStatus.executed, observation="ok ünïcode")
+    s = a_step(
+        action="noop({})",
+        tool_name="noop",
+        tool_args_json="{}",
+        action_status=ActionStatus.executed,
+        observation="ok ünïcode",
+    )
     text = s.to_json()
     assert StepRecord.from_json(text) == s
     assert StepRecord.from_json(text).to_json() == text
@@ -83,7 +113,7 @@ def test_step_record_json_round_trip_is_stable() -> None:
 
 def test_step_record_refuses_an_unknown_major_version_and_reads_a_newer_minor() -> None:
     data = a_step().to_dict()
-    with pytest.raises(JournalError, match="2.0"):
+    with pytest.raises(JournalError, match=r"2\.0"):
         StepRecord.from_dict({**data, "schema_version": "2.0"})
     newer = StepRecord.from_dict({**data, "schema_version": "1.3", "a_future_field": 1})
     assert newer.schema_version == "1.3"
@@ -91,8 +121,9 @@ def test_step_record_refuses_an_unknown_major_version_and_reads_a_newer_minor() 
 
 # --- what each kind of step holds (the table, row by row) -----------------------------------
 
-ROW = tuple[str, bool, str | None, str | None, str | None, str | None, bool,
-            ActionStatus | None, str]
+ROW = tuple[
+    str, bool, str | None, str | None, str | None, str | None, bool, ActionStatus | None, str
+]
 
 
 def check_row(step: StepRecord, reply_raw: str, expect: dict[str, Any]) -> None:
@@ -113,52 +144,108 @@ def check_row(step: StepRecord, reply_raw: str, expect: dict[str, Any]) -> None:
 
 async def run_one(reply: object, tools_script_tail: list[object] | None = None) -> StepRecord:
     script = [reply, *(tools_script_tail or ["end"])]
-    r = await Loop(ScriptedModel(script), tools=make_tools(), clock=FakeClock(),
-                   limits=Limits(max_consecutive_invalid=5)).run("g")
+    r = await Loop(
+        ScriptedModel(script),
+        tools=make_tools(),
+        clock=FakeClock(),
+        limits=Limits(max_consecutive_invalid=5),
+    ).run("g")
     return r.steps[0]
 
 
 async def test_row_c_model_failure() -> None:
     step = await run_one(ModelCallError("x"))
-    check_row(step, "", {"parse_ok": False, "parse_error": False, "action": False,
-                         "tool": (False, False), "observation": False, "synthetic": False,
-                         "action_status": None, "llm_call_id": False})
+    check_row(
+        step,
+        "",
+        {
+            "parse_ok": False,
+            "parse_error": False,
+            "action": False,
+            "tool": (False, False),
+            "observation": False,
+            "synthetic": False,
+            "action_status": None,
+            "llm_call_id": False,
+        },
+    )
 
 
 async def test_row_d_invalid_decision() -> None:
     reply = ModelReply(tool_calls=(ToolCall("noop", "{not json"),))
     step = await run_one(reply)
     raw = '\n[{"arguments":"{not json","id":null,"name":"noop"}]'
-    check_row(step, raw, {"parse_ok": False, "parse_error": True, "action": False,
-                          "tool": (False, False), "observation": False, "synthetic": False,
-                          "action_status": None, "llm_call_id": True})
+    check_row(
+        step,
+        raw,
+        {
+            "parse_ok": False,
+            "parse_error": True,
+            "action": False,
+            "tool": (False, False),
+            "observation": False,
+            "synthetic": False,
+            "action_status": None,
+            "llm_call_id": True,
+        },
+    )
 
 
 async def test_row_e_final_answer() -> None:
     step = await run_one("all done")
-    check_row(step, "all done", {"parse_ok": True, "parse_error": False, "action": False,
-                                 "tool": (False, False), "observation": False,
-                                 "synthetic": False, "action_status": None,
-                                 "llm_call_id": True})
+    check_row(
+        step,
+        "all done",
+        {
+            "parse_ok": True,
+            "parse_error": False,
+            "action": False,
+            "tool": (False, False),
+            "observation": False,
+            "synthetic": False,
+            "action_status": None,
+            "llm_call_id": True,
+        },
+    )
 
 
 async def test_row_f_not_executed() -> None:
     step = await run_one(call("nope", {"a": 1}, id="c9"))
     raw = '\n[{"arguments":"{\\"a\\":1}","id":"c9","name":"nope"}]'
-    check_row(step, raw, {"parse_ok": True, "parse_error": False, "action": True,
-                          "tool": (True, True), "observation": True, "synthetic": True,
-                          "action_status": ActionStatus.not_executed, "llm_call_id": True})
+    check_row(
+        step,
+        raw,
+        {
+            "parse_ok": True,
+            "parse_error": False,
+            "action": True,
+            "tool": (True, True),
+            "observation": True,
+            "synthetic": True,
+            "action_status": ActionStatus.not_executed,
+            "llm_call_id": True,
+        },
+    )
 
 
 async def test_row_f_executed() -> None:
     step = await run_one(call("count", {"n": 3}))
     assert step.observation == "1 2 3"
     assert step.tool_args_json == '{"n":3}' and step.tool_name == "count"
-    check_row(step, step.raw_response, {"parse_ok": True, "parse_error": False, "action": True,
-                                        "tool": (True, True), "observation": True,
-                                        "synthetic": False,
-                                        "action_status": ActionStatus.executed,
-                                        "llm_call_id": True})
+    check_row(
+        step,
+        step.raw_response,
+        {
+            "parse_ok": True,
+            "parse_error": False,
+            "action": True,
+            "tool": (True, True),
+            "observation": True,
+            "synthetic": False,
+            "action_status": ActionStatus.executed,
+            "llm_call_id": True,
+        },
+    )
 
 
 async def test_row_f_executed_exception_text_is_synthetic() -> None:
@@ -168,11 +255,20 @@ async def test_row_f_executed_exception_text_is_synthetic() -> None:
 
 async def test_row_f_env_error() -> None:
     step = await run_one(call("broken"))
-    check_row(step, step.raw_response, {"parse_ok": True, "parse_error": False, "action": True,
-                                        "tool": (True, True), "observation": True,
-                                        "synthetic": True,
-                                        "action_status": ActionStatus.env_error,
-                                        "llm_call_id": True})
+    check_row(
+        step,
+        step.raw_response,
+        {
+            "parse_ok": True,
+            "parse_error": False,
+            "action": True,
+            "tool": (True, True),
+            "observation": True,
+            "synthetic": True,
+            "action_status": ActionStatus.env_error,
+            "llm_call_id": True,
+        },
+    )
 
 
 async def test_only_a_model_failure_step_has_parse_ok_false_without_parse_error() -> None:
@@ -193,8 +289,7 @@ async def test_response_and_reasoning_chars_are_counted_by_polyloop() -> None:
 
 async def test_the_step_keeps_the_full_observation_and_the_model_sees_the_cut() -> None:
     model = ScriptedModel([call("big", {"n": 500}), "end"])
-    r = await Loop(model, tools=make_tools(),
-                   limits=Limits(max_observation_chars=100)).run("g")
+    r = await Loop(model, tools=make_tools(), limits=Limits(max_observation_chars=100)).run("g")
     step = r.steps[0]
     assert step.observation == "x" * 500
     assert step.observation_truncated_chars == 400
@@ -210,8 +305,9 @@ async def test_a_tools_own_cut_is_added_to_observation_truncated_chars() -> None
         """Returns output it already cut."""
         return Outcome(ActionStatus.executed, "y" * 50, truncated_chars=1000)
 
-    r = await Loop(ScriptedModel([call("capped"), "end"]), tools=tools,
-                   limits=Limits(max_observation_chars=20)).run("g")
+    r = await Loop(
+        ScriptedModel([call("capped"), "end"]), tools=tools, limits=Limits(max_observation_chars=20)
+    ).run("g")
     assert r.steps[0].observation_truncated_chars == 1000 + 30
 
 
@@ -229,8 +325,15 @@ def measure(request: ModelRequest) -> int:
 
 
 async def test_prompt_chars_is_the_size_of_what_the_model_was_sent() -> None:
-    replies = iter([call("count", {"n": 5}), ModelReply("", tool_calls=(ToolCall("zzz", "{}"),)),
-                    "", call("boom"), "end"])
+    replies = iter(
+        [
+            call("count", {"n": 5}),
+            ModelReply("", tool_calls=(ToolCall("zzz", "{}"),)),
+            "",
+            call("boom"),
+            "end",
+        ]
+    )
     sizes: list[int] = []
 
     def fn(request: ModelRequest) -> ModelReply | str:

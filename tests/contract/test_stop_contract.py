@@ -68,8 +68,14 @@ def test_stop_reason_docstring_states_growth_and_the_cancelled_asymmetry() -> No
 
 @pytest.mark.parametrize(
     "field",
-    ["max_steps", "max_actions", "max_consecutive_invalid", "max_prompt_chars",
-     "max_observation_chars", "same_failure_limit"],
+    [
+        "max_steps",
+        "max_actions",
+        "max_consecutive_invalid",
+        "max_prompt_chars",
+        "max_observation_chars",
+        "same_failure_limit",
+    ],
 )
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5])
 def test_a_limit_of_zero_or_less_or_not_an_int_is_rejected_at_construction(
@@ -95,8 +101,9 @@ async def test_steps_count_invalid_and_not_executed_steps_actions_count_executed
 
 
 async def test_both_budgets_exhausted_at_once_is_step_budget(journal: RecordingJournal) -> None:
-    r = await loop_with([call("noop"), call("noop")], journal,
-                        limits=Limits(max_steps=2, max_actions=2)).run("g")
+    r = await loop_with(
+        [call("noop"), call("noop")], journal, limits=Limits(max_steps=2, max_actions=2)
+    ).run("g")
     assert (r.steps_used, r.actions_executed) == (2, 2)
     assert r.stop_reason == StopReason.step_budget
 
@@ -132,8 +139,7 @@ async def test_completion_on_the_last_allowed_step_is_task_completed(
 async def test_a_final_answer_on_the_last_allowed_step_is_agent_finished(
     journal: RecordingJournal,
 ) -> None:
-    r = await loop_with([call("noop"), "the answer"], journal,
-                        limits=Limits(max_steps=2)).run("g")
+    r = await loop_with([call("noop"), "the answer"], journal, limits=Limits(max_steps=2)).run("g")
     assert r.stop_reason == StopReason.agent_finished
     assert r.final_answer == "the answer"
 
@@ -142,8 +148,7 @@ async def test_step_budget_is_decided_before_the_next_model_call(
     journal: RecordingJournal,
 ) -> None:
     model = ScriptedModel([call("noop"), call("noop"), "never asked"])
-    r = await Loop(model, tools=make_tools(), journal=journal,
-                   limits=Limits(max_steps=2)).run("g")
+    r = await Loop(model, tools=make_tools(), journal=journal, limits=Limits(max_steps=2)).run("g")
     assert r.stop_reason == StopReason.step_budget
     assert len(model.requests) == 2 and model.remaining == 1
 
@@ -360,8 +365,9 @@ async def test_not_executed_never_completes(journal: RecordingJournal) -> None:
             return []
 
         async def execute(self, action: object, ctx: object) -> Outcome:
-            return Outcome(ActionStatus.not_executed, "refused", completed=True, marker=True,
-                           synthetic=True)
+            return Outcome(
+                ActionStatus.not_executed, "refused", completed=True, marker=True, synthetic=True
+            )
 
         def replay_policy(self, action: object) -> str:
             return "idempotent"
@@ -369,8 +375,11 @@ async def test_not_executed_never_completes(journal: RecordingJournal) -> None:
         async def reconcile(self, action: object, ctx: object) -> None:
             return None
 
-    r = await Loop(ScriptedModel([call("x"), call("x"), "give up"]),
-                   environment=RefusingButComplete(), journal=journal).run("g")
+    r = await Loop(
+        ScriptedModel([call("x"), call("x"), "give up"]),
+        environment=RefusingButComplete(),
+        journal=journal,
+    ).run("g")
     assert r.stop_reason == StopReason.agent_finished
     assert [s.action_status for s in r.steps[:2]] == [ActionStatus.not_executed] * 2
 

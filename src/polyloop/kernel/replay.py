@@ -87,8 +87,11 @@ def replay(
         match rec:
             case ModelIntent():
                 if rec.step_idx != expected:
-                    raise _out_of_order(run_id, seq, f"model intent for step {rec.step_idx}, "
-                                        f"expected step {expected}")
+                    raise _out_of_order(
+                        run_id,
+                        seq,
+                        f"model intent for step {rec.step_idx}, expected step {expected}",
+                    )
                 if cur is None or cur.intent_id != rec.intent_id:
                     if cur is not None and (cur.result or cur.failure):
                         raise _out_of_order(run_id, seq, "a second model call for one step")
@@ -103,7 +106,9 @@ def replay(
                 if isinstance(rec, ModelResult):
                     cur.result = rec
                     if rec.reply.usage is not None:
-                        st.usage = rec.reply.usage if st.usage is None else st.usage + rec.reply.usage
+                        st.usage = (
+                            rec.reply.usage if st.usage is None else st.usage + rec.reply.usage
+                        )
                 elif isinstance(rec, ModelFailure):
                     cur.failure = rec
                 else:

@@ -13,6 +13,7 @@ cancelled still lands (the Journal seam's promise), so memory and journal never 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -287,7 +288,12 @@ class RunDriver:
                 if self._observers:
                     self._emit(
                         ModelCallFinished(
-                            self.run_id, step_idx, intent_id, attempt, None, latency,
+                            self.run_id,
+                            step_idx,
+                            intent_id,
+                            attempt,
+                            None,
+                            latency,
                             f"{info.type}: {info.message}",
                         )
                     )
@@ -295,7 +301,9 @@ class RunDriver:
                     await self._write(
                         (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency),)
                     )
-                    await clock.sleep(cfg.retry.backoff_s(failures, info.retry_after, random.random()))
+                    await clock.sleep(
+                        cfg.retry.backoff_s(failures, info.retry_after, random.random())
+                    )
                     attempt += 1
                     continue
                 await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency),))
@@ -359,7 +367,10 @@ class RunDriver:
         if self._observers:
             self._emit(
                 ActionStarted(
-                    self.run_id, intent.step_idx, intent.op_id, intent.action.tool_name,
+                    self.run_id,
+                    intent.step_idx,
+                    intent.op_id,
+                    intent.action.tool_name,
                     intent.action.text,
                 )
             )
@@ -392,8 +403,15 @@ class RunDriver:
         wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
         intent = sc.intent
         step = action_step(
-            sc.step_idx, sc.reply, sc.llm_call_id, intent.action, intent.args_json, outcome, cut,
-            sc.prompt_chars, wall,
+            sc.step_idx,
+            sc.reply,
+            sc.llm_call_id,
+            intent.action,
+            intent.args_json,
+            outcome,
+            cut,
+            sc.prompt_chars,
+            wall,
         )
         records: tuple[Record, ...] = ()
         if not result_durable:
@@ -401,15 +419,20 @@ class RunDriver:
         if self._observers:
             self._emit(
                 ActionFinished(
-                    self.run_id, sc.step_idx, intent.op_id, intent.action.tool_name,
-                    outcome.status, latency_ms,
+                    self.run_id,
+                    sc.step_idx,
+                    intent.op_id,
+                    intent.action.tool_name,
+                    outcome.status,
+                    latency_ms,
                 )
             )
         reason = stopping.after_action(outcome)
         if reason is not None:
             detail = _env_detail(outcome) if reason is StopReason.env_error else None
-            return await self._end(reason, detail, records=records, step=step, reply=sc.reply,
-                                   cut=cut)
+            return await self._end(
+                reason, detail, records=records, step=step, reply=sc.reply, cut=cut
+            )
         await self._append_step(records, step, sc.reply, cut)
         return None
 
@@ -433,9 +456,7 @@ class RunDriver:
     def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> None:
         st = self.state
         st.steps.append(step)
-        self.context.add_step(
-            Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits)
-        )
+        self.context.add_step(Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits))
 
     async def _append_step(
         self, records: tuple[Record, ...], step: StepRecord, reply: ModelReply, cut: int
@@ -463,27 +484,32 @@ class RunDriver:
             self._add_to_context(step, reply, cut)
             records = (*records, StepWritten(step))
         end = RunEnd(
-            reason, detail, final_answer, len(st.steps), st.actions_executed,
-            self.cfg.clock.time(), pending,
+            reason,
+            detail,
+            final_answer,
+            len(st.steps),
+            st.actions_executed,
+            self.cfg.clock.time(),
+            pending,
         )
         await self._write((*records, end))
         st.end = end
         if self._observers:
             if step is not None:
                 self._emit(StepAppended(self.run_id, step))
-            self._emit(
-                RunEnded(self.run_id, reason, detail, end.steps_used, end.actions_executed)
-            )
+            self._emit(RunEnded(self.run_id, reason, detail, end.steps_used, end.actions_executed))
         return build_result(self.spec, st, self.context)
 
     async def _end_unknown(self, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
         pending = PendingAction(
-            intent.step_idx, intent.op_id, intent.action.tool_name, intent.args_json,
-            intent.action.text, policy,
+            intent.step_idx,
+            intent.op_id,
+            intent.action.tool_name,
+            intent.args_json,
+            intent.action.text,
+            policy,
         )
-        return await self._end(
-            StopReason.resume_state_unknown, pending.describe(), pending=pending
-        )
+        return await self._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)
 
     # -- cancellation -------------------------------------------------------------------------
     async def _on_cancel(self) -> None:
@@ -505,17 +531,27 @@ class RunDriver:
                 cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
                 wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
                 step = action_step(
-                    sc.step_idx, sc.reply, sc.llm_call_id, intent.action, intent.args_json,
-                    outcome, cut, sc.prompt_chars, wall,
+                    sc.step_idx,
+                    sc.reply,
+                    sc.llm_call_id,
+                    intent.action,
+                    intent.args_json,
+                    outcome,
+                    cut,
+                    sc.prompt_chars,
+                    wall,
                 )
                 self._add_to_context(step, sc.reply, cut)
-                records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0),
-                           StepWritten(step))
+                records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0), StepWritten(step))
             else:
                 started = self._in_flight is not None
                 pending = PendingAction(
-                    intent.step_idx, intent.op_id, intent.action.tool_name, intent.args_json,
-                    intent.action.text, intent.replay_policy,
+                    intent.step_idx,
+                    intent.op_id,
+                    intent.action.tool_name,
+                    intent.args_json,
+                    intent.action.text,
+                    intent.replay_policy,
                 )
                 detail = (
                     f"in-flight action {pending.describe()}: outcome unknown"
@@ -523,7 +559,11 @@ class RunDriver:
                     else f"action {pending.describe()}: cancelled before it started"
                 )
         end = RunEnd(
-            StopReason.cancelled, detail, None, len(st.steps), st.actions_executed,
+            StopReason.cancelled,
+            detail,
+            None,
+            len(st.steps),
+            st.actions_executed,
             self.cfg.clock.time(),
         )
         write = asyncio.ensure_future(self.cfg.journal.append(self.lease, (*records, end)))
@@ -533,14 +573,19 @@ class RunDriver:
             done = set()
         if not done or write.cancelled() or write.exception() is not None:
             exc = None if not done or write.cancelled() else write.exception()
-            log.warning("run %s: the cancelled end record could not be written (%r); "
-                        "the run stays resumable", self.run_id, exc)
+            log.warning(
+                "run %s: the cancelled end record could not be written (%r); "
+                "the run stays resumable",
+                self.run_id,
+                exc,
+            )
             return
         self._ended = True
         st.end = end
         self._emit(
-            RunEnded(self.run_id, StopReason.cancelled, detail, end.steps_used,
-                     end.actions_executed)
+            RunEnded(
+                self.run_id, StopReason.cancelled, detail, end.steps_used, end.actions_executed
+            )
         )
 
     async def _grace(self) -> Outcome | None:
@@ -548,10 +593,8 @@ class RunDriver:
         if task is None:
             return None
         if not task.done():
-            try:
+            with contextlib.suppress(asyncio.CancelledError):  # cancelled again: stop waiting
                 await asyncio.wait({task}, timeout=self.cfg.cancel_grace_s)
-            except asyncio.CancelledError:
-                pass  # cancelled again: stop waiting
         if not task.done():
             task.cancel()
             return None

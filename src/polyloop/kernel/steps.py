@@ -136,4 +136,3 @@ def observation_cut(observation: str, max_chars: int | None) -> int:
     if max_chars is None or len(observation) <= max_chars:
         return 0
     return len(observation) - max_chars
-

@@ -59,9 +59,7 @@ class ScriptedModel:
         return item
 
 
-ReplyFn: TypeAlias = Callable[
-    [ModelRequest], ModelReply | str | Awaitable[ModelReply | str]
-]
+ReplyFn: TypeAlias = Callable[[ModelRequest], ModelReply | str | Awaitable[ModelReply | str]]
 
 
 class FunctionModel:

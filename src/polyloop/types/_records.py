@@ -261,8 +261,11 @@ def _reply_to(r: ModelReply) -> dict[str, Any]:
         "text": r.text,
         "reasoning": r.reasoning,
         "tool_calls": [
-            {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
-             else dict(c.arguments), "id": c.id}
+            {
+                "name": c.name,
+                "arguments": c.arguments if isinstance(c.arguments, str) else dict(c.arguments),
+                "id": c.id,
+            }
             for c in r.tool_calls
         ],
         "call_id": r.call_id,
@@ -294,8 +297,12 @@ def _outcome_to(o: Outcome) -> dict[str, Any]:
         "truncated_chars": o.truncated_chars,
         "failure": None
         if f is None
-        else {"check": f.check, "error_type": f.error_type, "top_frame": f.top_frame,
-              "message": f.message},
+        else {
+            "check": f.check,
+            "error_type": f.error_type,
+            "top_frame": f.top_frame,
+            "message": f.message,
+        },
     }
 
 
@@ -322,52 +329,95 @@ def _action_to(a: Action) -> dict[str, Any]:
 
 
 def _error_to(e: ErrorInfo) -> dict[str, Any]:
-    return {"type": e.type, "message": e.message, "kind": e.kind, "retryable": e.retryable,
-            "retry_after": e.retry_after}
+    return {
+        "type": e.type,
+        "message": e.message,
+        "kind": e.kind,
+        "retryable": e.retryable,
+        "retry_after": e.retry_after,
+    }
 
 
 def _pending_to(p: PendingAction | None) -> dict[str, Any] | None:
     if p is None:
         return None
-    return {"step_idx": p.step_idx, "op_id": p.op_id, "tool_name": p.tool_name,
-            "args_json": p.args_json, "action": p.action, "replay_policy": p.replay_policy.value}
+    return {
+        "step_idx": p.step_idx,
+        "op_id": p.op_id,
+        "tool_name": p.tool_name,
+        "args_json": p.args_json,
+        "action": p.action,
+        "replay_policy": p.replay_policy.value,
+    }
 
 
 def _pending_from(d: Mapping[str, Any] | None) -> PendingAction | None:
     if d is None:
         return None
-    return PendingAction(d["step_idx"], d["op_id"], d["tool_name"], d["args_json"], d["action"],
-                         ReplayPolicy(d["replay_policy"]))
+    return PendingAction(
+        d["step_idx"],
+        d["op_id"],
+        d["tool_name"],
+        d["args_json"],
+        d["action"],
+        ReplayPolicy(d["replay_policy"]),
+    )
 
 
 def record_to_dict(record: Record) -> dict[str, Any]:
     """The JSON-ready form of a record, with its ``kind``."""
     match record:
         case ModelIntent(step_idx, intent_id, attempt):
-            body: dict[str, Any] = {"step_idx": step_idx, "intent_id": intent_id,
-                                    "attempt": attempt}
+            body: dict[str, Any] = {
+                "step_idx": step_idx,
+                "intent_id": intent_id,
+                "attempt": attempt,
+            }
         case ModelResult():
-            body = {"step_idx": record.step_idx, "intent_id": record.intent_id,
-                    "attempt": record.attempt, "llm_call_id": record.llm_call_id,
-                    "reply": _reply_to(record.reply), "latency_ms": record.latency_ms}
+            body = {
+                "step_idx": record.step_idx,
+                "intent_id": record.intent_id,
+                "attempt": record.attempt,
+                "llm_call_id": record.llm_call_id,
+                "reply": _reply_to(record.reply),
+                "latency_ms": record.latency_ms,
+            }
         case ModelAttemptFailed() | ModelFailure():
-            body = {"step_idx": record.step_idx, "intent_id": record.intent_id,
-                    "attempt": record.attempt, "error": _error_to(record.error),
-                    "latency_ms": record.latency_ms}
+            body = {
+                "step_idx": record.step_idx,
+                "intent_id": record.intent_id,
+                "attempt": record.attempt,
+                "error": _error_to(record.error),
+                "latency_ms": record.latency_ms,
+            }
         case ActionIntent():
-            body = {"step_idx": record.step_idx, "op_id": record.op_id,
-                    "action": _action_to(record.action), "args_json": record.args_json,
-                    "replay_policy": record.replay_policy.value, "known_tool": record.known_tool}
+            body = {
+                "step_idx": record.step_idx,
+                "op_id": record.op_id,
+                "action": _action_to(record.action),
+                "args_json": record.args_json,
+                "replay_policy": record.replay_policy.value,
+                "known_tool": record.known_tool,
+            }
         case ActionResult():
-            body = {"step_idx": record.step_idx, "op_id": record.op_id,
-                    "outcome": _outcome_to(record.outcome), "latency_ms": record.latency_ms}
+            body = {
+                "step_idx": record.step_idx,
+                "op_id": record.op_id,
+                "outcome": _outcome_to(record.outcome),
+                "latency_ms": record.latency_ms,
+            }
         case StepWritten(step):
             body = {"step": step.to_dict()}
         case RunEnd():
-            body = {"stop_reason": record.stop_reason.value, "stop_detail": record.stop_detail,
-                    "final_answer": record.final_answer, "steps_used": record.steps_used,
-                    "actions_executed": record.actions_executed, "ended_at": record.ended_at,
-                    "pending_action": _pending_to(record.pending_action)}
+            body = {
+                "stop_reason": record.stop_reason.value,
+                "stop_detail": record.stop_detail,
+                "final_answer": record.final_answer,
+                "steps_used": record.steps_used,
+                "actions_executed": record.actions_executed,
+                "ended_at": record.ended_at,
+                "pending_action": _pending_to(record.pending_action),
+            }
         case LimitsChanged(limits):
             body = {"limits": limits.to_dict()}
     body["kind"] = record.kind
@@ -385,27 +435,49 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
         if kind == "model_intent":
             return ModelIntent(d["step_idx"], d["intent_id"], d["attempt"])
         if kind == "model_result":
-            return ModelResult(d["step_idx"], d["intent_id"], d["attempt"], d["llm_call_id"],
-                               _reply_from(d["reply"]), d["latency_ms"])
+            return ModelResult(
+                d["step_idx"],
+                d["intent_id"],
+                d["attempt"],
+                d["llm_call_id"],
+                _reply_from(d["reply"]),
+                d["latency_ms"],
+            )
         if kind in ("model_attempt_failed", "model_failure"):
             cls = ModelAttemptFailed if kind == "model_attempt_failed" else ModelFailure
-            return cls(d["step_idx"], d["intent_id"], d["attempt"], ErrorInfo(**d["error"]),
-                       d["latency_ms"])
+            return cls(
+                d["step_idx"],
+                d["intent_id"],
+                d["attempt"],
+                ErrorInfo(**d["error"]),
+                d["latency_ms"],
+            )
         if kind == "action_intent":
             a = d["action"]
-            return ActionIntent(d["step_idx"], d["op_id"],
-                                Action(a["text"], a["tool_name"], a["arguments"], a["call_id"]),
-                                d["args_json"], ReplayPolicy(d["replay_policy"]),
-                                d["known_tool"])
+            return ActionIntent(
+                d["step_idx"],
+                d["op_id"],
+                Action(a["text"], a["tool_name"], a["arguments"], a["call_id"]),
+                d["args_json"],
+                ReplayPolicy(d["replay_policy"]),
+                d["known_tool"],
+            )
         if kind == "action_result":
-            return ActionResult(d["step_idx"], d["op_id"], _outcome_from(d["outcome"]),
-                                d["latency_ms"])
+            return ActionResult(
+                d["step_idx"], d["op_id"], _outcome_from(d["outcome"]), d["latency_ms"]
+            )
         if kind == "step":
             return StepWritten(StepRecord.from_dict(d["step"]))
         if kind == "end":
-            return RunEnd(StopReason(d["stop_reason"]), d["stop_detail"], d["final_answer"],
-                          d["steps_used"], d["actions_executed"], d["ended_at"],
-                          _pending_from(d.get("pending_action")))
+            return RunEnd(
+                StopReason(d["stop_reason"]),
+                d["stop_detail"],
+                d["final_answer"],
+                d["steps_used"],
+                d["actions_executed"],
+                d["ended_at"],
+                _pending_from(d.get("pending_action")),
+            )
         if kind == "limits":
             return LimitsChanged(Limits.from_dict(d["limits"]))
     except JournalError:

@@ -103,7 +103,9 @@ class StepRecord:
             try:
                 object.__setattr__(self, "action_status", ActionStatus(self.action_status))
             except ValueError:
-                raise _fail("action_status", "an ActionStatus or None", self.action_status) from None
+                raise _fail(
+                    "action_status", "an ActionStatus or None", self.action_status
+                ) from None
         _check_version(self.schema_version)
 
     def to_dict(self) -> dict[str, Any]:

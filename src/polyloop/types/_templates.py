@@ -52,8 +52,7 @@ class Templates:
         "Your reply was empty. Call exactly one tool, or reply with your final answer as text."
     )
     text_without_tool_call: str = (
-        "Your reply did not call a tool. Call exactly one tool to act; "
-        "this reply was not executed."
+        "Your reply did not call a tool. Call exactly one tool to act; this reply was not executed."
     )
     observation_cut: str = "\n[... {cut} more characters not shown]"
     """Placeholders: ``cut``."""
