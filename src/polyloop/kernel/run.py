@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,7 +68,7 @@ from ..types import (
     Turn,
     canonical_json,
 )
-from . import stopping
+from . import _eager, stopping
 from .replay import Interrupted, Replayed
 from .steps import (
     action_step,
@@ -84,8 +84,8 @@ log = logging.getLogger("polyloop")
 
 
 def new_id() -> str:
-    """A fresh globally unique id (run ids, intent ids, op ids)."""
-    return uuid.uuid4().hex
+    """A fresh globally unique id (run ids, intent ids, op ids): 128 random bits, as hex."""
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,10 +375,13 @@ class RunDriver:
                 )
             )
         t = self.cfg.clock.monotonic()
-        # A task, shielded: on cancellation the action may finish within the grace period.
-        task = asyncio.ensure_future(self._execute(intent.action, ctx))
-        self._in_flight, self._action_task = sc, task
-        outcome = await asyncio.shield(task)
+        started = _eager.start(self._execute(intent.action, ctx))
+        if started.task is None:  # finished without suspending: nothing could cancel it
+            outcome: Outcome = started.value
+        else:
+            # Its own task, shielded: on cancellation it may finish within the grace period.
+            self._in_flight, self._action_task = sc, started.task
+            outcome = await asyncio.shield(started.task)
         return await self._settle(sc, outcome, (self.cfg.clock.monotonic() - t) * 1000)
 
     async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:

@@ -7,7 +7,7 @@ journals store; the kinds and their fields are part of the journal's table schem
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
@@ -485,11 +485,6 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
     except (KeyError, TypeError, ValueError) as exc:
         raise JournalError(f"malformed {kind} record: {type(exc).__name__}: {exc}") from exc
     raise JournalError(f"unknown journal record kind {kind!r}")
-
-
-def records_of(items: Sequence[Mapping[str, Any]]) -> list[Record]:
-    """Read a sequence of record dicts."""
-    return [record_from_dict(d) for d in items]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,13 @@ ToolSpec: TypeAlias = Mapping[str, Any]
 ``{"type": "function", "function": {"name", "description", "parameters"}}``."""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
-    """The one JSON form PolyLoop stores and measures: sorted keys, no spaces, real unicode."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The one JSON form PolyLoop stores and measures: sorted keys, no spaces, real unicode
+    (``json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``)."""
+    return _CANONICAL.encode(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,7 @@
+"""Tools: the registry (one source of truth for specs, validation and dispatch) and the
+``ToolEnvironment`` that serves it to the kernel (tools.md)."""
+
+from .environment import ToolEnvironment
+from .registry import ReconcileHook, Tool, ToolRegistry
+
+__all__ = ["ReconcileHook", "Tool", "ToolEnvironment", "ToolRegistry"]

@@ -1,0 +1,314 @@
+"""``ToolEnvironment``: the Environment seam over a :class:`ToolRegistry` (tools.md).
+
+The specs the model sees, the "does this tool exist" check and the dispatch table are all the
+one registry object handed in; nothing here keeps a second list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import os
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from polyloop.types import (
+    DEFAULT_TEMPLATES,
+    Action,
+    ActionStatus,
+    EnvironmentFailure,
+    Failure,
+    Outcome,
+    OutcomeUnknown,
+    ReplayPolicy,
+    Templates,
+    ToolContext,
+    ToolSpec,
+    canonical_json,
+)
+
+from .registry import Tool, ToolRegistry
+
+__all__ = ["ToolEnvironment"]
+
+_ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
+_MAX_ERRORS = 20
+_MAX_INPUT_CHARS = 80
+
+# pydantic error type -> what was expected, in words a model can act on.
+_EXPECTED: dict[str, str] = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer (no fractional part)",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "decimal_type": "a number",
+    "decimal_parsing": "a number",
+    "bool_type": "a boolean (true or false)",
+    "bool_parsing": "a boolean (true or false)",
+    "string_type": "a string",
+    "string_unicode": "a string",
+    "bytes_type": "a string",
+    "list_type": "an array",
+    "tuple_type": "an array",
+    "set_type": "an array",
+    "frozen_set_type": "an array",
+    "dict_type": "an object",
+    "mapping_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "dataclass_type": "an object",
+    "none_required": "null",
+    "date_type": "a date (YYYY-MM-DD)",
+    "date_parsing": "a date (YYYY-MM-DD)",
+    "date_from_datetime_parsing": "a date (YYYY-MM-DD)",
+    "datetime_type": "a date-time (ISO 8601)",
+    "datetime_parsing": "a date-time (ISO 8601)",
+    "datetime_from_date_parsing": "a date-time (ISO 8601)",
+    "time_type": "a time (HH:MM[:SS])",
+    "time_parsing": "a time (HH:MM[:SS])",
+    "uuid_type": "a UUID",
+    "uuid_parsing": "a UUID",
+}
+
+
+class ToolEnvironment:
+    """The Environment seam over one :class:`ToolRegistry`.
+
+    * ``tool_specs()`` is the registry's specs (tools registered later appear too).
+    * ``execute`` never raises for a tool's own failure: an unknown tool or invalid arguments is
+      ``not_executed`` with a synthetic observation saying what was wrong; an ordinary
+      exception from the tool is ``executed`` (its side effects may have happened) with the
+      error as a synthetic observation and an ``Outcome.failure``; ``EnvironmentFailure`` is
+      ``env_error``. ``asyncio.CancelledError`` (and other ``BaseException``) propagates: the
+      action may then have happened or not, which ``replay_policy`` tells resume how to treat.
+
+    Args:
+        registry: the tools; the same object the caller registers on.
+        templates: the wording of the synthetic observations.
+    """
+
+    def __init__(self, registry: ToolRegistry, *, templates: Templates = DEFAULT_TEMPLATES) -> None:
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"ToolEnvironment needs a ToolRegistry, got {type(registry).__name__}")
+        self._registry = registry
+        self._templates = templates
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The registry this environment serves (read-only)."""
+        return self._registry
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The registry's tool specs, in registration order."""
+        return self._registry.specs()
+
+    async def execute(self, action: Action, ctx: ToolContext) -> Outcome:
+        """Validate and run the action's tool; report what happened.
+
+        Returns:
+            ``not_executed`` (synthetic) for an unknown tool or invalid arguments; ``executed``
+            with the tool's return value as text (str as-is, None as "", a pydantic model or
+            any other value as canonical JSON, ``str()`` if it is not JSON-serialisable; an
+            ``Outcome`` returned by the tool is passed through), ``marker=True`` when a
+            completion-marker tool returned normally; ``executed`` with a synthetic error
+            observation and ``failure`` when the tool raised; ``env_error`` when it raised
+            ``EnvironmentFailure``.
+
+        Raises:
+            asyncio.CancelledError: the call was cancelled (a sync tool's thread runs on).
+        """
+        tool = self._tool(action)
+        if tool is None:
+            return self._unknown_tool(action)
+        try:
+            values = tool.parse_arguments(action.arguments or {})
+        except Exception as exc:
+            return self._invalid_arguments(tool, exc)
+        try:
+            result = await tool.call(values, ctx)
+        except EnvironmentFailure as exc:
+            return Outcome(
+                ActionStatus.env_error,
+                f"EnvironmentFailure: {exc}",
+                synthetic=True,
+                failure=_failure(exc, tool, error_type="EnvironmentFailure"),
+            )
+        except Exception as exc:
+            failure = _failure(exc, tool, error_type=type(exc).__name__)
+            text = self._templates.tool_error.format(
+                name=tool.name, error_type=failure.error_type, message=failure.message
+            )
+            return Outcome(ActionStatus.executed, text, synthetic=True, failure=failure)
+        if isinstance(result, Outcome):
+            if tool.completion_marker and result.status is ActionStatus.executed:
+                return dataclasses.replace(result, marker=True)
+            return result
+        return Outcome(
+            ActionStatus.executed, _observation_of(result), marker=tool.completion_marker
+        )
+
+    def replay_policy(self, action: Action) -> ReplayPolicy:
+        """The tool's declared policy; ``idempotent`` for an unknown tool or invalid
+        arguments (doing it again only says ``not_executed`` again)."""
+        tool = self._tool(action)
+        if tool is None:
+            return ReplayPolicy.idempotent
+        try:
+            tool.parse_arguments(action.arguments or {})
+        except Exception:
+            return ReplayPolicy.idempotent
+        return tool.replay
+
+    async def reconcile(self, action: Action, ctx: ToolContext) -> Outcome | None:
+        """Ask the tool's reconcile hook whether the action with ``ctx.op_id`` happened.
+
+        The hook gets ``(ctx.op_id, validated values by parameter name)``; a sync hook runs in a
+        worker thread.
+
+        Returns:
+            The hook's ``Outcome`` (it happened) or None (it did not). None also for an unknown
+            tool or invalid arguments: such an action is never executed.
+
+        Raises:
+            OutcomeUnknown: the hook cannot tell, or the tool has no reconcile policy.
+            TypeError: the hook returned something other than an ``Outcome`` or None.
+        """
+        tool = self._tool(action)
+        if tool is None:
+            return None
+        try:
+            values = tool.parse_arguments(action.arguments or {})
+        except Exception:
+            return None
+        hook = tool.reconcile_hook
+        if tool.replay is not ReplayPolicy.reconcile or hook is None:
+            raise OutcomeUnknown(
+                f"tool {tool.name!r} has replay policy {tool.replay.value!r}, not 'reconcile': "
+                f"cannot tell whether op_id={ctx.op_id} happened"
+            )
+        if inspect.iscoroutinefunction(hook):
+            result = await hook(ctx.op_id, values)
+        else:
+            result = await asyncio.to_thread(hook, ctx.op_id, values)
+            if inspect.isawaitable(result):
+                result = await result
+        if result is not None and not isinstance(result, Outcome):
+            raise TypeError(
+                f"the reconcile hook of tool {tool.name!r} must return an Outcome or None, "
+                f"got {type(result).__name__}"
+            )
+        return result
+
+    def __repr__(self) -> str:
+        return f"ToolEnvironment({self._registry!r})"
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _tool(self, action: Action) -> Tool | None:
+        if action.tool_name is None:
+            return None
+        return self._registry.get(action.tool_name)
+
+    def _unknown_tool(self, action: Action) -> Outcome:
+        names = self._registry.names()
+        text = self._templates.unknown_tool.format(
+            name=action.tool_name, available=", ".join(names) if names else "(none)"
+        )
+        return Outcome(ActionStatus.not_executed, text, synthetic=True)
+
+    def _invalid_arguments(self, tool: Tool, exc: Exception) -> Outcome:
+        if isinstance(exc, pydantic.ValidationError):
+            lines = [_describe(err) for err in exc.errors(include_url=False)]
+        else:  # a user validator raised something pydantic did not wrap
+            lines = [f"{type(exc).__name__}: {exc}"]
+        if len(lines) > _MAX_ERRORS:
+            lines = [*lines[:_MAX_ERRORS], f"... and {len(lines) - _MAX_ERRORS} more problems"]
+        text = self._templates.invalid_arguments.format(
+            name=tool.name, errors="\n".join(f"- {line}" for line in lines)
+        )
+        return Outcome(ActionStatus.not_executed, text, synthetic=True)
+
+
+def _observation_of(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, pydantic.BaseModel):
+        return canonical_json(value.model_dump(mode="json"))
+    try:
+        return canonical_json(_ANY.dump_python(value, mode="json"))
+    except Exception:
+        return str(value)
+
+
+def _failure(exc: BaseException, tool: Tool, *, error_type: str) -> Failure:
+    return Failure(
+        check=None,
+        error_type=error_type,
+        top_frame=_top_frame(exc, tool.source_file),
+        message=str(exc),
+    )
+
+
+def _top_frame(exc: BaseException, source_file: str | None) -> str | None:
+    """``basename:line`` of the innermost traceback frame in the tool's own source file, else
+    of the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    chosen = frames[-1]
+    if source_file is not None:
+        for frame in reversed(frames):
+            if frame.filename == source_file:
+                chosen = frame
+                break
+    return f"{os.path.basename(chosen.filename)}:{chosen.lineno}"
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text or "arguments"
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > _MAX_INPUT_CHARS:
+        text = text[: _MAX_INPUT_CHARS - 1] + "…"
+    return text
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    """One validation error as a line a model can act on, e.g.
+    ``'count': expected an integer, got "three"``."""
+    loc = err["loc"]
+    where = repr(_location(loc))
+    kind = err["type"]
+    top = len(loc) <= 1
+    if kind == "missing":
+        return f"{where}: required {'argument' if top else 'field'} missing"
+    if kind == "extra_forbidden":
+        return f"{where}: unknown {'argument' if top else 'field'}"
+    got = _shown(err.get("input"))
+    if kind in ("enum", "literal_error"):
+        expected = (err.get("ctx") or {}).get("expected", "")
+        return f"{where}: expected {expected}, got {got}"
+    if kind in _EXPECTED:
+        return f"{where}: expected {_EXPECTED[kind]}, got {got}"
+    message = err["msg"]
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    return f"{where}: {message}, got {got}"

@@ -1,0 +1,513 @@
+"""The tool registry: one object that holds the specs the model sees, validates arguments and
+dispatches calls (tools.md, "The registry: one source of truth").
+
+::
+
+    registry = ToolRegistry()
+
+    @registry.tool
+    def read_file(path: str) -> str:
+        '''Read a UTF-8 text file from the workspace.'''
+
+    @registry.tool(replay="idempotent")
+    async def put_record(key: str, value: dict, ctx: ToolContext) -> str:
+        '''Upsert a record; ctx.op_id is a stable idempotency key across crash and resume.'''
+
+The JSON schema of a tool is generated from its signature and docstring with pydantic, and the
+same pydantic model validates the arguments the model sends, so what the model is told and what
+is accepted cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import re
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias, TypeVar, overload
+
+import pydantic
+
+from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec
+
+from ._docstrings import arg_descriptions, summary
+
+__all__ = ["ReconcileHook", "Tool", "ToolRegistry"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ReconcileHook: TypeAlias = Callable[
+    [str, Mapping[str, Any]], Outcome | Awaitable[Outcome | None] | None
+]
+"""``hook(op_id, arguments) -> Outcome | None`` (sync or async): did the action with this
+``op_id`` happen? An ``Outcome`` means it did (that outcome is used), None means it did not (it
+is executed again), raising ``OutcomeUnknown`` means it cannot be told. ``arguments`` are the
+validated values the tool itself would receive, by parameter name (``ToolContext`` excluded)."""
+
+ReplayName: TypeAlias = Literal["never", "idempotent", "reconcile"]
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+# Keys whose value maps names to sub-schemas: their keys are names, never the "title" keyword.
+_SCHEMA_MAPS = frozenset(
+    {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"}
+)
+_SCHEMA_LISTS = frozenset({"anyOf", "allOf", "oneOf", "prefixItems"})
+_SCHEMA_ONE = frozenset(
+    {
+        "items",
+        "additionalProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Param:
+    """One schema parameter: the pydantic field name (``field``) maps to the Python
+    parameter (``name``); fields are named ``p0, p1, ...`` with the parameter name as alias,
+    so that parameter names pydantic reserves (``model_config``, ``json``, ``_x``) still work."""
+
+    name: str
+    field: str
+    positional_only: bool
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tool:
+    """A registered tool. Made by :meth:`ToolRegistry.register` (or the ``tool`` decorator);
+    read-only afterwards.
+
+    Attributes:
+        name: the name the model calls it by (``^[a-zA-Z0-9_-]{1,64}$``).
+        description: the docstring's summary (its first paragraph).
+        function: the original function, sync or async.
+        spec: the OpenAI tool spec ``{"type": "function", "function": {...}}``. Do not mutate.
+        arguments_model: the pydantic model that validates the arguments (``extra="forbid"``).
+        replay: what resume may do if this tool's outcome was lost in a crash.
+        reconcile_hook: the ``reconcile`` policy's hook; None for the other policies.
+        completion_marker: returning normally from this tool completes the run.
+        is_async: the function is a coroutine function (else it runs in a worker thread).
+        context_parameter: the name of the injected ``ToolContext`` parameter, if any.
+        source_file: the file that defines the function (for ``Failure.top_frame``).
+    """
+
+    name: str
+    description: str
+    function: Callable[..., Any] = field(repr=False)
+    spec: ToolSpec = field(repr=False)
+    arguments_model: type[pydantic.BaseModel] = field(repr=False)
+    replay: ReplayPolicy = ReplayPolicy.never
+    reconcile_hook: ReconcileHook | None = field(default=None, repr=False)
+    completion_marker: bool = False
+    is_async: bool = False
+    context_parameter: str | None = None
+    source_file: str | None = field(default=None, repr=False)
+    _params: tuple[_Param, ...] = field(default=(), repr=False)
+    _call_order: tuple[tuple[str, bool], ...] = field(default=(), repr=False)
+
+    def parse_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate the model's arguments; return the validated values by parameter name.
+
+        A parameter annotated with a pydantic model gets an instance of it, an enum a member.
+        Defaults are filled in. The ``ToolContext`` parameter is not among them.
+
+        Raises:
+            pydantic.ValidationError: an argument is missing, unknown, or of the wrong type.
+        """
+        model = self.arguments_model.model_validate(dict(arguments))
+        return {p.name: getattr(model, p.field) for p in self._params}
+
+    async def call(self, values: Mapping[str, Any], ctx: ToolContext) -> Any:
+        """Call the function with validated ``values`` (from :meth:`parse_arguments`) and
+        ``ctx`` injected; return what it returned.
+
+        A sync function runs in a worker thread (``asyncio.to_thread``) so it never blocks the
+        event loop; if the awaiting task is cancelled the thread cannot be stopped and runs to
+        its end, its result discarded. An async function is awaited. Exceptions propagate.
+        """
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for name, positional in self._call_order:
+            value = ctx if name == self.context_parameter else values[name]
+            if positional:
+                args.append(value)
+            else:
+                kwargs[name] = value
+        if self.is_async:
+            return await self.function(*args, **kwargs)
+        result = await asyncio.to_thread(self.function, *args, **kwargs)
+        if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
+            result = await result
+        return result
+
+
+class ToolRegistry:
+    """The one list of tools: their specs, their validation, their dispatch.
+
+    ``ToolEnvironment(registry)`` serves it to the kernel; the kernel never sees a second list.
+    Tools are kept in registration order, which is the order of :meth:`specs` and
+    :meth:`names`. Registration errors raise :class:`~polyloop.types.ConfigError` at once,
+    naming the tool and the parameter.
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._specs: tuple[ToolSpec, ...] | None = None
+
+    @overload
+    def tool(self, func: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        replay: ReplayName | ReplayPolicy = "never",
+        reconcile: ReconcileHook | None = None,
+        completion_marker: bool = False,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        func: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        replay: ReplayName | ReplayPolicy = "never",
+        reconcile: ReconcileHook | None = None,
+        completion_marker: bool = False,
+    ) -> Any:
+        """Register a function as a tool; usable bare (``@registry.tool``) or called
+        (``@registry.tool(replay="idempotent")``). Returns the function unchanged.
+
+        Args:
+            name: the name the model calls it by; defaults to the function's ``__name__``.
+            replay: ``"never"`` (default), ``"idempotent"`` or ``"reconcile"``
+                (see :class:`~polyloop.types.ReplayPolicy`).
+            reconcile: the hook of the ``reconcile`` policy (required with it, refused
+                without it).
+            completion_marker: the run completes when this tool returns normally.
+
+        Raises:
+            ConfigError: see :meth:`register`.
+        """
+
+        def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.register(
+                f,
+                name=name,
+                replay=replay,
+                reconcile=reconcile,
+                completion_marker=completion_marker,
+            )
+            return f
+
+        if func is not None:
+            return decorate(func)
+        return decorate
+
+    def register(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        replay: ReplayName | ReplayPolicy = "never",
+        reconcile: ReconcileHook | None = None,
+        completion_marker: bool = False,
+    ) -> Tool:
+        """Register ``func`` (the non-decorator form of :meth:`tool`); return its :class:`Tool`.
+
+        The schema comes from the signature: each parameter becomes a property, typed by its
+        annotation (unannotated means any JSON value), required unless it has a default. The
+        description is the docstring's first paragraph; a Google-style ``Args:`` section gives
+        the parameters' descriptions. A parameter annotated ``ToolContext`` (or
+        ``ToolContext | None``) is injected at call time and is not in the schema.
+
+        Raises:
+            ConfigError: the name is taken or not ``^[a-zA-Z0-9_-]{1,64}$``; the function has
+                no docstring; it takes ``*args`` or ``**kwargs``; a parameter's type has no JSON
+                schema or its annotation cannot be resolved; the ``Args:`` section documents a
+                parameter that does not exist; ``replay`` is unknown; ``replay="reconcile"``
+                comes without a hook, or a hook without it. Nothing is registered then.
+        """
+        if not callable(func) or inspect.isclass(func):
+            raise ConfigError(f"a tool must be a function or a callable object, got {func!r}")
+        tool_name = name if name is not None else getattr(func, "__name__", "")
+        where = f"tool {tool_name!r}"
+        if not isinstance(tool_name, str) or not _NAME_RE.match(tool_name):
+            raise ConfigError(
+                f"{where}: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, "
+                "'_' and '-', at most 64); pass name=... to choose a valid one"
+            )
+        if tool_name in self._tools:
+            raise ConfigError(
+                f"{where} is already registered; tool names must be unique, "
+                "pass name=... to register this one under another name"
+            )
+        policy = _replay_policy(where, replay, reconcile)
+        target = _implementation(func)
+        summary, arg_docs = _documentation(where, func, target)
+        signature = _Signature.read(where, tool_name, func, target, arg_docs)
+        spec: dict[str, Any] = {
+            "type": "function",
+            "function": {
+                "name": tool_name,
+                "description": summary,
+                "parameters": signature.schema,
+            },
+        }
+        code = getattr(target, "__code__", None)
+        registered = Tool(
+            name=tool_name,
+            description=summary,
+            function=func,
+            spec=spec,
+            arguments_model=signature.model,
+            replay=policy,
+            reconcile_hook=reconcile,
+            completion_marker=bool(completion_marker),
+            is_async=_is_async(func, target),
+            context_parameter=signature.context_parameter,
+            source_file=code.co_filename if code is not None else None,
+            _params=signature.params,
+            _call_order=signature.call_order,
+        )
+        self._tools[tool_name] = registered
+        self._specs = None
+        return registered
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """The tool specs, in registration order (cached until a tool is added). Deterministic:
+        the same registrations give equal specs. Do not mutate them."""
+        if self._specs is None:
+            self._specs = tuple(t.spec for t in self._tools.values())
+        return self._specs
+
+    def get(self, name: str) -> Tool | None:
+        """The tool registered under ``name``, or None."""
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names, in registration order."""
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({list(self._tools)!r})"
+
+
+def _replay_policy(where: str, replay: object, hook: ReconcileHook | None) -> ReplayPolicy:
+    if isinstance(replay, ReplayPolicy):
+        policy = replay
+    elif isinstance(replay, str) and replay in ReplayPolicy.__members__:
+        policy = ReplayPolicy(replay)
+    else:
+        raise ConfigError(
+            f"{where}: unknown replay policy {replay!r}; use 'never', 'idempotent' or 'reconcile'"
+        )
+    if policy is ReplayPolicy.reconcile and hook is None:
+        raise ConfigError(f"{where}: replay='reconcile' needs a reconcile=hook")
+    if hook is not None and policy is not ReplayPolicy.reconcile:
+        raise ConfigError(
+            f"{where}: a reconcile hook is only used with replay='reconcile' "
+            f"(got replay={policy.value!r})"
+        )
+    if hook is not None and not callable(hook):
+        raise ConfigError(f"{where}: reconcile must be callable, got {hook!r}")
+    return policy
+
+
+def _documentation(
+    where: str, func: Callable[..., Any], target: Callable[..., Any]
+) -> tuple[str, dict[str, str]]:
+    """The description (first paragraph) and the ``Args:`` descriptions by parameter name."""
+    doc = inspect.getdoc(target if isinstance(func, functools.partial) else func)
+    if not doc and not inspect.isroutine(func):
+        doc = inspect.getdoc(target)
+    if not doc or not doc.strip():
+        raise ConfigError(
+            f"{where} has no docstring; the model reads it as the tool's description, "
+            "so write one saying what the tool does"
+        )
+    description = summary(doc)
+    if not description:
+        raise ConfigError(
+            f"{where}: its docstring starts with a section; begin it with a line saying what "
+            "the tool does (the model reads it as the tool's description)"
+        )
+    return description, arg_descriptions(doc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Signature:
+    """What a function's signature gives a tool: the arguments model and its JSON schema, the
+    schema parameters, the call order and the injected ``ToolContext`` parameter."""
+
+    model: type[pydantic.BaseModel]
+    schema: dict[str, Any]
+    params: tuple[_Param, ...]
+    call_order: tuple[tuple[str, bool], ...]
+    context_parameter: str | None
+
+    @classmethod
+    def read(
+        cls,
+        where: str,
+        tool_name: str,
+        func: Callable[..., Any],
+        target: Callable[..., Any],
+        arg_docs: dict[str, str],
+    ) -> _Signature:
+        try:
+            signature = inspect.signature(func)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: cannot read its signature: {exc}") from exc
+        try:
+            hints = typing.get_type_hints(target, include_extras=True)
+        except Exception as exc:
+            raise ConfigError(
+                f"{where}: cannot resolve its annotations ({type(exc).__name__}: {exc}); "
+                "import the annotated types at module level"
+            ) from exc
+
+        undocumented = dict(arg_docs)
+        params: list[_Param] = []
+        call_order: list[tuple[str, bool]] = []
+        fields: dict[str, Any] = {}
+        context_param: str | None = None
+        for index, p in enumerate(signature.parameters.values()):
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                star = "*" if p.kind is p.VAR_POSITIONAL else "**"
+                raise ConfigError(
+                    f"{where}, parameter {star}{p.name}: tools cannot take *args or **kwargs "
+                    "(the model needs a fixed set of named arguments)"
+                )
+            positional = p.kind is p.POSITIONAL_ONLY
+            call_order.append((p.name, positional))
+            described = undocumented.pop(p.name, None)
+            annotation = hints.get(p.name, Any)
+            if _is_context(annotation):
+                if context_param is not None:
+                    raise ConfigError(
+                        f"{where}, parameter {p.name!r}: only one ToolContext parameter is "
+                        f"allowed (already {context_param!r})"
+                    )
+                context_param = p.name
+                continue
+            _check_json_schema(where, p.name, annotation)
+            field_name = f"p{index}"
+            default: Any = ... if p.default is p.empty else p.default
+            info = (
+                pydantic.Field(default, alias=p.name)
+                if described is None
+                else pydantic.Field(default, alias=p.name, description=described)
+            )
+            fields[field_name] = (annotation, info)
+            params.append(_Param(p.name, field_name, positional))
+        if undocumented:
+            raise ConfigError(
+                f"{where}: its docstring's Args section documents {sorted(undocumented)}, "
+                "which are not parameters of the function; fix the docstring"
+            )
+        try:
+            model: type[pydantic.BaseModel] = pydantic.create_model(
+                tool_name, __config__=pydantic.ConfigDict(extra="forbid"), **fields
+            )
+            schema = _strip_titles(model.model_json_schema())
+        except Exception as exc:
+            raise ConfigError(
+                f"{where}: cannot build its argument schema ({type(exc).__name__}: {exc})"
+            ) from exc
+        return cls(model, schema, tuple(params), tuple(call_order), context_param)
+
+
+def _check_json_schema(where: str, param: str, annotation: Any) -> None:
+    try:
+        pydantic.TypeAdapter(annotation).json_schema()
+    except Exception as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        raise ConfigError(
+            f"{where}, parameter {param!r}: its type {_type_name(annotation)} cannot be "
+            f"expressed as JSON schema ({type(exc).__name__}: {first_line}); use JSON-like "
+            "types (str, int, float, bool, list, dict, enums, pydantic models)"
+        ) from exc
+
+
+def _is_async(func: Callable[..., Any], target: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(func):
+        return True
+    # An object whose __call__ is a coroutine function.
+    return (
+        not inspect.isroutine(func)
+        and not isinstance(func, functools.partial)
+        and inspect.iscoroutinefunction(target)
+    )
+
+
+def _implementation(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The function whose annotations, docstring and code describe ``func``: through
+    ``functools.partial`` and ``functools.wraps`` layers, and to ``__call__`` of an object."""
+    target: Any = func
+    while isinstance(target, functools.partial):
+        target = target.func
+    target = inspect.unwrap(target)
+    if not inspect.isroutine(target):
+        target = inspect.unwrap(type(target).__call__)
+    return typing.cast(Callable[..., Any], target)
+
+
+def _is_context(annotation: Any) -> bool:
+    """``ToolContext``, ``ToolContext | None`` or ``Annotated[ToolContext, ...]``."""
+    if annotation is ToolContext:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(typing.get_args(annotation)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(members) == 1 and members[0] is ToolContext
+    return False
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__qualname__
+    return repr(annotation)
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Drop pydantic's ``title`` keywords, keeping properties or definitions *named* title
+    and leaving values (``default``, ``enum``, ``const``, ``examples``) untouched."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_strip_titles(sub) for sub in value]
+        elif key in _SCHEMA_ONE:
+            out[key] = _strip_titles(value)
+        else:
+            out[key] = value
+    return out
