@@ -456,3 +456,18 @@ async def test_the_action_intent_is_durable_before_the_environment_is_called() -
     assert kinds[seen[0]] == ["action_result", "step"]
     intent = next(x for x in journal.inner.records(r.run_id) if isinstance(x, ActionIntent))
     assert intent.action.tool_name == "probe"
+
+
+async def test_a_retry_after_beyond_the_policys_ceiling_is_not_waited_for(
+    journal: RecordingJournal,
+) -> None:
+    clock = FakeClock()
+    script = [
+        ModelCallError(
+            "come back tomorrow", retryable=True, retry_after=86_400.0, kind="rate_limit"
+        ),
+        "unused",
+    ]
+    r = await loop_with(script, journal, clock=clock).run("g")
+    assert r.stop_reason == StopReason.llm_error and clock.sleeps == []
+    assert "attempts=1" in (r.stop_detail or "")

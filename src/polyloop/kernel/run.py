@@ -297,7 +297,7 @@ class RunDriver:
                             f"{info.type}: {info.message}",
                         )
                     )
-                if info.retryable and failures < cfg.retry.max_attempts:
+                if info.retryable and cfg.retry.allows_retry(failures, info.retry_after):
                     await self._write(
                         (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency),)
                     )

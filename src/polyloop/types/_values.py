@@ -287,7 +287,9 @@ class RetryPolicy:
 
     The wait before attempt ``n + 1`` is ``initial_backoff_s * multiplier ** (n - 1)``, capped
     at ``max_backoff_s``, spread by ``±jitter`` (a fraction), and never shorter than the
-    provider's ``retry_after``.
+    provider's ``retry_after``. A provider that asks to wait longer than ``max_retry_after_s``
+    is not waited for: that failure is final (``llm_error``), so a rollout never sleeps for
+    a day on one ``Retry-After`` header.
     """
 
     max_attempts: int = 3
@@ -295,17 +297,24 @@ class RetryPolicy:
     max_backoff_s: float = 8.0
     multiplier: float = 2.0
     jitter: float = 0.1
+    max_retry_after_s: float = 300.0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
             raise ConfigError(f"RetryPolicy.max_attempts must be an int, got {self.max_attempts!r}")
         if self.max_attempts < 1:
             raise ConfigError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("initial_backoff_s", "max_backoff_s", "multiplier"):
+        for name in ("initial_backoff_s", "max_backoff_s", "multiplier", "max_retry_after_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"RetryPolicy.{name} must be >= 0")
         if not 0 <= self.jitter < 1:
             raise ConfigError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}")
+
+    def allows_retry(self, failures: int, retry_after: float | None) -> bool:
+        """May a retryable failure be retried, after ``failures`` failed attempts?"""
+        if failures >= self.max_attempts:
+            return False
+        return retry_after is None or retry_after <= self.max_retry_after_s
 
     def backoff_s(self, attempt: int, retry_after: float | None, rand: float) -> float:
         """Seconds to wait after failed ``attempt`` (1-based); ``rand`` is uniform in [0, 1)."""

@@ -1,0 +1,12 @@
+"""Model adapters: implementations of the Model seam over real providers.
+
+* :mod:`polyloop.models.openai` — ``OpenAIModel``, any OpenAI-compatible chat completions
+  server, on the official ``openai`` SDK (extra ``polyloop[openai]``).
+
+Each adapter lives in its own module and imports its SDK lazily, so importing this package
+never needs an extra installed.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

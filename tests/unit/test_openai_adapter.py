@@ -1,0 +1,598 @@
+"""OpenAIModel, driven through the real openai SDK against a scripted server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import email.utils
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from polyloop import (
+    ConfigError,
+    Loop,
+    ModelCallError,
+    ModelRequest,
+    StopReason,
+    ToolCall,
+    ToolRegistry,
+    Usage,
+)
+from polyloop.models.openai import _ERROR_KINDS, NO_KEY_PLACEHOLDER, OpenAIModel, _translate
+from polyloop.testing import FakeClock
+from tests.fakes.openai_server import (
+    FakeOpenAIServer,
+    Reply,
+    completion,
+    context_length_exceeded,
+    dropped_connection,
+    error,
+    hang,
+    malformed_json,
+    rate_limited,
+    server_error,
+    tool_call,
+    unauthorized,
+)
+
+openai = pytest.importorskip("openai")
+
+INSTALL_HINT = "the OpenAI adapter needs the openai package: pip install 'polyloop[openai]'"
+ADD_SPEC = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_ADMIN_KEY",
+        "OPENAI_ORG_ID",
+        "OPENAI_PROJECT_ID",
+        "OPENAI_CUSTOM_HEADERS",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def model(fake: FakeOpenAIServer) -> AsyncIterator[OpenAIModel]:
+    async with OpenAIModel("gpt-test", base_url=fake.url, api_key="sk-test", timeout_s=5) as m:
+        yield m
+
+
+def request(
+    messages: Sequence[dict[str, Any]] | None = None, tools: Sequence[dict[str, Any]] = ()
+) -> ModelRequest:
+    return ModelRequest(
+        "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- the request -----------------------------------------------------------------------------
+
+
+async def test_request_with_tools_sends_them_and_parallel_tool_calls_false(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(completion("5"))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+    await model.complete(request(messages, [ADD_SPEC]))
+    (got,) = fake.requests
+    assert got.path == "/v1/chat/completions"
+    assert got.headers["authorization"] == "Bearer sk-test"
+    assert got.body["model"] == "gpt-test"
+    assert got.body["messages"] == messages
+    assert got.body["tools"] == [ADD_SPEC]
+    assert got.body["parallel_tool_calls"] is False
+    assert got.body["tool_choice"] == "auto"
+    assert "temperature" not in got.body
+    assert "max_tokens" not in got.body
+    assert got.body.get("stream") in (None, False)
+
+
+async def test_request_without_tools_leaves_tools_parallel_and_tool_choice_out(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(completion("hi"))
+    await model.complete(request())
+    body = fake.requests[0].body
+    assert "tools" not in body
+    assert "parallel_tool_calls" not in body
+    assert "tool_choice" not in body
+
+
+async def test_options_are_sent_and_extra_body_is_merged(fake: FakeOpenAIServer) -> None:
+    fake.script(completion("hi"))
+    async with OpenAIModel(
+        "gpt-test",
+        base_url=fake.url,
+        api_key="k",
+        temperature=0.2,
+        max_tokens=64,
+        extra_body={"top_k": 5},
+        tool_choice="required",
+    ) as m:
+        await m.complete(request(tools=[ADD_SPEC]))
+    body = fake.requests[0].body
+    assert (body["temperature"], body["max_tokens"], body["top_k"]) == (0.2, 64, 5)
+    assert body["tool_choice"] == "required"
+
+
+async def test_the_conversation_is_sent_as_is_and_not_mutated(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "add 2 and 3"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+    ]
+    before = copy.deepcopy(messages)
+    fake.script(completion("5"))
+    await model.complete(request(messages, [ADD_SPEC]))
+    assert fake.requests[0].body["messages"] == before
+    assert messages == before
+
+
+async def test_the_sdk_does_not_retry_on_its_own(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    assert model.client.max_retries == 0
+    fake.script(server_error(503), completion("never reached"))
+    with pytest.raises(ModelCallError):
+        await model.complete(request())
+    assert len(fake.requests) == 1
+
+
+# --- the reply -------------------------------------------------------------------------------
+
+
+async def test_tool_call_reply_keeps_the_arguments_string_exactly(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    args = '{"a": 2,   "b":3 }'
+    fake.script(completion(tool_calls=[tool_call("add", args, id="call_abc")], id="chatcmpl-9"))
+    reply = await model.complete(request(tools=[ADD_SPEC]))
+    assert reply.tool_calls == (ToolCall("add", args, "call_abc"),)
+    assert reply.text == ""
+    assert reply.call_id == "chatcmpl-9"
+    assert reply.usage == Usage(82, 17)
+    assert reply.reasoning is None
+
+
+async def test_malformed_arguments_are_passed_on_verbatim(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(completion(tool_calls=[tool_call("add", '{"a": 2, "b"')]))
+    reply = await model.complete(request(tools=[ADD_SPEC]))
+    assert reply.tool_calls[0].arguments == '{"a": 2, "b"'
+
+
+async def test_text_reply_without_usage_has_usage_none(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(completion("The answer is 5.", usage=None, id="chatcmpl-2"))
+    reply = await model.complete(request())
+    assert (reply.text, reply.tool_calls, reply.usage) == ("The answer is 5.", (), None)
+    assert reply.call_id == "chatcmpl-2"
+
+
+async def test_a_response_without_an_id_has_call_id_none(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(completion("hi", id=None))
+    assert (await model.complete(request())).call_id is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("reasoning_content", "2 plus 3 is 5"), ("reasoning", "thinking: 5")],
+)
+async def test_reasoning_is_read_from_the_servers_extra_field(
+    model: OpenAIModel, fake: FakeOpenAIServer, field: str, value: str
+) -> None:
+    extra: dict[str, Any] = {field: value}
+    fake.script(completion("5", **extra))
+    reply = await model.complete(request())
+    assert (reply.text, reply.reasoning) == ("5", value)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+ERROR_CASES: list[tuple[str, Reply, str, bool, float | None]] = [
+    ("429 retry-after seconds", rate_limited("2"), "rate_limit", True, 2.0),
+    ("429 retry-after-ms", rate_limited(None, retry_after_ms="1500"), "rate_limit", True, 1.5),
+    ("429 no header", rate_limited(None), "rate_limit", True, None),
+    ("500", server_error(500), "server", True, None),
+    ("503 retry-after", server_error(503, retry_after="7"), "server", True, 7.0),
+    ("502 generic", error(502, "Bad gateway", type="server_error"), "server", True, None),
+    ("401", unauthorized(), "auth", False, None),
+    ("403", error(403, "Project does not have access"), "permission", False, None),
+    (
+        "404 model",
+        error(404, "The model `nope` does not exist", code="model_not_found"),
+        "not_found",
+        False,
+        None,
+    ),
+    ("400 context length", context_length_exceeded(), "context_length", False, None),
+    (
+        "400 llama.cpp context size",
+        error(
+            400,
+            "the request exceeds the available context size, try increasing it",
+            type="exceed_context_size_error",
+        ),
+        "context_length",
+        False,
+        None,
+    ),
+    (
+        "400 other",
+        error(400, "Invalid value for 'messages[0].role'", param="messages[0].role"),
+        "bad_request",
+        False,
+        None,
+    ),
+    ("422", error(422, "Unprocessable"), "bad_request", False, None),
+    ("409", error(409, "Conflict"), "conflict", True, None),
+    ("408", error(408, "Request timeout"), "timeout", True, None),
+    ("418 other status", error(418, "I'm a teapot"), "error", False, None),
+    ("malformed json", malformed_json(), "bad_response", True, None),
+    (
+        "not json",
+        Reply(body=b"<html>502</html>", headers=(("Content-Type", "text/html"),)),
+        "bad_response",
+        True,
+        None,
+    ),
+    (
+        "no choices",
+        Reply(body=b'{"id": "x", "object": "chat.completion"}'),
+        "bad_response",
+        True,
+        None,
+    ),
+    ("dropped mid-response", dropped_connection(), "connection", True, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "retryable", "retry_after"),
+    [case[1:] for case in ERROR_CASES],
+    ids=[case[0] for case in ERROR_CASES],
+)
+async def test_failures_become_model_call_errors_with_a_kind(
+    model: OpenAIModel,
+    fake: FakeOpenAIServer,
+    reply: Reply,
+    kind: str,
+    retryable: bool,
+    retry_after: float | None,
+) -> None:
+    fake.script(reply)
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    err = info.value
+    assert (err.kind, err.retryable, err.retry_after) == (kind, retryable, retry_after)
+    assert fake.url in err.message and "gpt-test" in err.message
+    assert "\n" not in err.message
+    if kind != "bad_response":  # those come from a bare JSONDecodeError or our own check
+        assert isinstance(err.__cause__, openai.OpenAIError)
+    assert len(fake.requests) == 1
+
+
+async def test_retry_after_as_an_http_date_is_seconds_from_now(
+    model: OpenAIModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(rate_limited(email.utils.formatdate(time.time() + 30, usegmt=True)))
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    assert info.value.retry_after is not None
+    assert 27 <= info.value.retry_after <= 31
+
+
+async def test_a_call_that_takes_too_long_is_a_retryable_timeout(fake: FakeOpenAIServer) -> None:
+    fake.script(hang())
+    async with OpenAIModel("gpt-test", base_url=fake.url, api_key="k", timeout_s=0.2) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("timeout", True)
+    assert isinstance(info.value.__cause__, openai.APITimeoutError)
+
+
+async def test_an_unreachable_server_is_a_retryable_connection_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    async with OpenAIModel("gpt-test", base_url=url) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "ConnectError" in info.value.message  # the transport's reason is kept
+
+
+async def test_cancellation_propagates(model: OpenAIModel, fake: FakeOpenAIServer) -> None:
+    fake.script(hang())
+    task = asyncio.create_task(model.complete(request()))
+    for _ in range(500):
+        if fake.requests:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+class _StubClient:
+    """Stands in for an AsyncOpenAI passed as client=: raises ``exc`` from create()."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.base_url = "http://stub/v1"
+        self.closed = False
+        self.chat = self
+        self.completions = self
+
+    def with_options(self, **options: Any) -> _StubClient:
+        assert options == {"max_retries": 0}
+        return self
+
+    async def create(self, **body: Any) -> Any:
+        raise self.exc
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_exceptions_that_are_not_the_sdks_propagate_unchanged() -> None:
+    boom = RuntimeError("a bug in a transport hook")
+    model = OpenAIModel("gpt-test", client=_StubClient(boom))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError) as info:
+        await model.complete(request())
+    assert info.value is boom
+    assert _translate(ValueError("x"), openai, "here") is None
+
+
+def _public_sdk_errors() -> dict[str, type[Exception]]:
+    # issubclass(type(obj), type), not inspect.isclass: the SDK's lazy proxies load whole
+    # modules (and grow vars(openai)) when asked for their __class__.
+    return {
+        name: obj
+        for name, obj in list(vars(openai).items())
+        if issubclass(type(obj), type) and issubclass(obj, openai.OpenAIError)
+    }
+
+
+def test_every_exception_class_the_sdk_exports_has_an_explicit_kind() -> None:
+    exported = {name for name in _public_sdk_errors() if not name.startswith("_")}
+    assert "RateLimitError" in exported  # the scan itself works
+    missing = sorted(exported - set(_ERROR_KINDS))
+    assert not missing, f"decide a kind for these openai exceptions: {missing}"
+
+
+def test_every_sdk_exception_class_translates_even_with_missing_attributes() -> None:
+    for name, cls in _public_sdk_errors().items():
+        exc = cls.__new__(cls)  # no request/response/body: the translation must not care
+        Exception.__init__(exc, f"boom from {name}")
+        out = _translate(exc, openai, "http://x/v1 (model 'm')")
+        assert isinstance(out, ModelCallError), name
+        expected = _ERROR_KINDS.get(name)
+        if expected is not None:
+            assert (out.kind, out.retryable) == expected, name
+        else:  # private classes resolve through their bases
+            assert out.kind in {kind for kind, _ in _ERROR_KINDS.values()}, name
+
+
+# --- construction, environment, lifetime -----------------------------------------------------
+
+
+async def test_key_and_base_url_come_from_the_environment_at_construction(
+    fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+    fake.script(completion("hi"))
+    async with OpenAIModel("gpt-test") as m:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-changed-later")
+        await m.complete(request())
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-from-env"
+
+
+async def test_arguments_win_over_the_environment(
+    fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    fake.script(completion("hi"))
+    async with OpenAIModel("gpt-test", base_url=fake.url, api_key="sk-arg") as m:
+        await m.complete(request())
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-arg"
+
+
+async def test_a_local_server_needs_no_key(fake: FakeOpenAIServer) -> None:
+    fake.script(completion("hi"))
+    async with OpenAIModel("llama", base_url=fake.url) as m:
+        await m.complete(request())
+    assert fake.requests[0].headers["authorization"] == f"Bearer {NO_KEY_PLACEHOLDER}"
+
+
+@pytest.mark.parametrize("base_url", [None, "https://api.example.com/v1"])
+def test_a_remote_server_without_a_key_is_a_config_error(base_url: str | None) -> None:
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        OpenAIModel("gpt-test", base_url=base_url)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"model": ""}, {"timeout_s": 0}, {"max_tokens": 0}, {"temperature": -1.0}],
+)
+def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
+    args: dict[str, Any] = {"model": "gpt-test", "api_key": "k", **kwargs}
+    with pytest.raises(ConfigError):
+        OpenAIModel(args.pop("model"), **args)
+
+
+def test_client_with_base_url_or_api_key_is_a_type_error() -> None:
+    client = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(TypeError, match="not both"):
+        OpenAIModel("gpt-test", client=client, api_key="k2")
+
+
+def test_repr_never_shows_the_key_or_url_credentials() -> None:
+    m = OpenAIModel(
+        "gpt-test", base_url="https://user:pw@api.example.com/v1", api_key="sk-secret-1234"
+    )
+    text = repr(m)
+    assert "sk-secret" not in text and "pw" not in text
+    assert "gpt-test" in text and "***@api.example.com" in text
+
+
+async def test_a_key_echoed_by_the_server_is_masked_in_the_error(fake: FakeOpenAIServer) -> None:
+    fake.script(error(401, "invalid key sk-secret-abcdef for this proxy"))
+    async with OpenAIModel("gpt-test", base_url=fake.url, api_key="sk-secret-abcdef") as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert "sk-secret" not in info.value.message and "invalid key ***" in info.value.message
+
+
+async def test_aclose_closes_the_client_it_built_but_not_one_passed_in(
+    fake: FakeOpenAIServer,
+) -> None:
+    own = OpenAIModel("gpt-test", base_url=fake.url, api_key="k")
+    await own.aclose()
+    await own.aclose()  # idempotent
+    assert own.client.is_closed()
+
+    theirs = openai.AsyncOpenAI(api_key="k", base_url=fake.url, max_retries=5)
+    fake.script(completion("hi"))
+    async with OpenAIModel("gpt-test", client=theirs) as m:
+        assert m.client.max_retries == 0 and theirs.max_retries == 5
+        assert (await m.complete(request())).text == "hi"
+    assert not theirs.is_closed()
+    await theirs.close()
+
+
+def test_constructing_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)
+    with pytest.raises(ImportError) as info:
+        OpenAIModel("gpt-test", api_key="k")
+    assert str(info.value) == INSTALL_HINT
+
+
+def test_importing_the_module_does_not_import_the_sdk() -> None:
+    code = (
+        "import sys\n"
+        "import polyloop, polyloop.models, polyloop.models.openai as m\n"
+        "print('openai' in sys.modules)\n"
+        "sys.modules['openai'] = None\n"
+        "try:\n"
+        "    m.OpenAIModel('gpt-test', api_key='k')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert out.stdout.splitlines() == ["False", INSTALL_HINT]
+
+
+# --- end to end through Loop -----------------------------------------------------------------
+
+
+def adder() -> ToolRegistry:
+    tools = ToolRegistry()
+
+    @tools.tool
+    def add(a: int, b: int) -> str:
+        """Add two numbers."""
+        return str(a + b)
+
+    return tools
+
+
+async def test_loop_runs_a_tool_call_then_an_answer(fake: FakeOpenAIServer) -> None:
+    fake.script(
+        completion(tool_calls=[tool_call("add", '{"a": 2, "b": 3}', id="call_1")], id="cmpl-a"),
+        completion("2 + 3 = 5", id="cmpl-b", usage=(120, 8)),
+    )
+    async with OpenAIModel("gpt-test", base_url=fake.url) as model:
+        result = await Loop(model, tools=adder(), clock=FakeClock()).run("What is 2+3?")
+    assert result.stop_reason is StopReason.agent_finished
+    assert result.final_answer == "2 + 3 = 5"
+    assert [s.llm_call_id for s in result.steps] == ["cmpl-a", "cmpl-b"]
+    assert result.steps[0].observation == "5"
+    assert result.usage == Usage(82 + 120, 17 + 8)
+    first, second = (r.body for r in fake.requests)
+    assert first["parallel_tool_calls"] is False
+    assert [t["function"]["name"] for t in first["tools"]] == ["add"]
+    assert second["messages"][-2]["tool_calls"][0]["id"] == "call_1"
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+async def test_loop_retries_a_rate_limit_after_the_servers_retry_after(
+    fake: FakeOpenAIServer,
+) -> None:
+    fake.script(rate_limited("2"), completion("done", id="cmpl-ok"))
+    clock = FakeClock()
+    async with OpenAIModel("gpt-test", base_url=fake.url) as model:
+        result = await Loop(model, tools=adder(), clock=clock).run("go")
+    assert result.stop_reason is StopReason.agent_finished
+    assert [s.llm_call_id for s in result.steps] == ["cmpl-ok"]
+    assert clock.sleeps == [2.0]  # the default backoff (~0.5 s) raised to Retry-After
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [(unauthorized(), "auth"), (context_length_exceeded(), "context_length")],
+    ids=["auth", "context_length"],
+)
+async def test_loop_ends_llm_error_on_a_non_retryable_failure(
+    fake: FakeOpenAIServer, reply: Reply, kind: str
+) -> None:
+    fake.script(reply)
+    async with OpenAIModel("gpt-test", base_url=fake.url) as model:
+        result = await Loop(model, tools=adder(), clock=FakeClock()).run("go")
+    assert result.stop_reason is StopReason.llm_error  # never context_overflow
+    assert result.stop_detail is not None
+    assert f"kind={kind}, retryable=False, attempts=1" in result.stop_detail
+    assert [s.llm_call_id for s in result.steps] == [None]
+    assert len(fake.requests) == 1
