@@ -60,5 +60,101 @@ class Templates:
     """Placeholders: ``step`` (1-based, the step just finished), ``max_steps``, ``actions``
     (``" · N actions left"`` when an action budget is set, else "")."""
 
+    # --- JsonTextInterpreter ----------------------------------------------------------------
+    # Literal braces are doubled ({{ }}) because these are str.format templates. Every
+    # feedback ends with ``{expected}``: ``json_expected`` filled in.
+    json_expected: str = (
+        'Reply with exactly one JSON object: either a tool call, like {{"tool": "read_file", '
+        '"arguments": {{"path": "notes.txt"}}}}, or, when you are done, your final answer, '
+        'like {{"{final_key}": "The notes say 42."}}.'
+    )
+    """Placeholders: ``final_key``."""
+    json_no_object: str = "Your reply contains no JSON object; nothing was executed. {expected}"
+    """Placeholders: ``expected``."""
+    json_malformed: str = (
+        "The JSON in your reply is not valid ({error}); nothing was executed. {expected}"
+    )
+    """Placeholders: ``error`` (the parser's message), ``expected``."""
+    json_not_object: str = (
+        "The JSON in your reply is {kind}, not an object; nothing was executed. {expected}"
+    )
+    """Placeholders: ``kind`` (e.g. "an array"), ``expected``."""
+    json_no_decision: str = (
+        'Your JSON object has neither a "tool" key (to call a tool) nor a "{final_key}" key '
+        "(to give your final answer); its keys are: {keys}. Nothing was executed. {expected}"
+    )
+    """Placeholders: ``final_key``, ``keys`` (the object's keys as JSON strings), ``expected``."""
+    json_conflicting_keys: str = (
+        "Your JSON object has both {first} and {second}, which mean the same; use only one of "
+        "them. Nothing was executed. {expected}"
+    )
+    """Placeholders: ``first``, ``second`` (the two keys as JSON strings), ``expected``."""
+    json_call_and_final: str = (
+        'Your JSON object is both a tool call and a final answer ("{final_key}"); send one or '
+        "the other. Nothing was executed. {expected}"
+    )
+    """Placeholders: ``final_key``, ``expected``."""
+    json_bad_tool: str = (
+        'The "{key}" of your JSON object must be the name of a tool, as a non-empty string; '
+        "it is {kind}. Nothing was executed. {expected}"
+    )
+    """Placeholders: ``key``, ``kind``, ``expected``."""
+    json_bad_arguments: str = (
+        'The "{key}" of your call to {name!r} must be a JSON object mapping argument names to '
+        "values; it is {kind}. Nothing was executed. {expected}"
+    )
+    """Placeholders: ``key``, ``name``, ``kind``, ``expected``."""
+    json_bad_final: str = (
+        'The "{final_key}" of your JSON object must be your answer as a non-empty string; '
+        "it is {kind}. {expected}"
+    )
+    """Placeholders: ``final_key``, ``kind``, ``expected``."""
+    json_native_tool_calls: str = (
+        "Tools are called by writing JSON in the text of your reply, not through native tool "
+        "calls; your call to {names} was not executed. {expected}"
+    )
+    """Placeholders: ``names`` (the calls' names, quoted), ``expected``."""
+
+    # --- CodeBlockInterpreter ---------------------------------------------------------------
+    # Every feedback ends with ``{expected}``: ``code_block_expected`` filled in.
+    code_block_expected: str = (
+        "Reply with exactly one fenced code block: a line {fence}, then your code, then a "
+        "line ```.{final}"
+    )
+    """Placeholders: ``fence`` (the opening fence, e.g. "```python"), ``final``
+    (``code_block_final_line`` and/or ``code_block_submit`` when those forms are enabled)."""
+    code_block_final_line: str = (
+        ' When you are done, reply instead with a line starting with "FINAL ANSWER:" followed '
+        "by your answer."
+    )
+    """No placeholders. Describes the default ``final_pattern``: change it when you change that."""
+    code_block_submit: str = (
+        " To finish, reply with a code block whose first line is {marker}; the lines after it "
+        "are your final answer."
+    )
+    """Placeholders: ``marker``."""
+    code_block_missing: str = (
+        "Your reply contains no fenced code block and no final answer; nothing was executed. "
+        "{expected}"
+    )
+    """Placeholders: ``expected``."""
+    code_block_wrong_language: str = (
+        "Only {fence} code blocks are run, and your reply has none (it has {found}); nothing "
+        "was executed. {expected}"
+    )
+    """Placeholders: ``fence``, ``found`` (the opening fences found), ``expected``."""
+    code_block_unclosed: str = (
+        "Your code block is not closed (it needs a line ``` after the code; was your reply "
+        "cut off?); nothing was executed. {expected}"
+    )
+    """Placeholders: ``expected``."""
+    code_block_empty: str = "Your code block is empty; nothing was executed. {expected}"
+    """Placeholders: ``expected``."""
+    code_block_native_tool_calls: str = (
+        "Code is read from a fenced code block in the text of your reply, not from native "
+        "tool calls; your call to {names} was not executed. {expected}"
+    )
+    """Placeholders: ``names`` (the calls' names, quoted), ``expected``."""
+
 
 DEFAULT_TEMPLATES = Templates()
