@@ -410,3 +410,15 @@ async def test_a_model_result_record_keeps_the_reply_for_the_accounts() -> None:
     results = [x for x in journal.records("r") if isinstance(x, ModelResult)]
     assert [x.step_idx for x in results] == [0, 1, 2, 3, 4, 5]
     assert results[2].attempt == 2  # the first attempt of step 2 was retried
+
+
+async def test_a_journal_damaged_out_of_order_is_not_leased_or_written() -> None:
+    world, journal = await crash_at_kind("action_intent", "charge", after=False)
+    run = journal._runs["r"]
+    records = run.records
+    i = next(k for k, x in enumerate(records) if isinstance(x, StepWritten))
+    records[i], records[i + 1] = records[i + 1], records[i]  # swap a step and the next record
+    owner, expiry = run.owner, run.expires_at
+    with pytest.raises(JournalError):
+        await new_loop(world, journal).resume("r")
+    assert (run.owner, run.expires_at) == (owner, expiry)  # no lease was taken

@@ -58,6 +58,8 @@ class Kernel:
         spec, records = await cfg.journal.read(run_id)
         if records and isinstance(records[-1], RunEnd):
             return self._rebuilt(spec, records)  # ended is absorbing: read only, no lease
+        # Check the records before taking the lease, so a damaged journal is never written to.
+        replay(spec.run_id, spec.limits, records, None)
         lease, spec, records = await cfg.journal.acquire(run_id, ttl_s=cfg.lease_ttl_s)
         try:
             tool_specs = tuple(cfg.environment.tool_specs())

@@ -517,8 +517,9 @@ class RunDriver:
     # -- cancellation -------------------------------------------------------------------------
     async def _on_cancel(self) -> None:
         """Write the ``cancelled`` end record (once), after giving an in-flight action up to
-        ``cancel_grace_s`` to finish. Bounded by ``end_write_timeout_s``; if even that write
-        cannot finish, the run is left without an end record (and stays resumable)."""
+        ``cancel_grace_s`` to finish. Waits at most ``end_write_timeout_s`` for that write;
+        past it, cancellation proceeds and the write may still land on its own (a journal
+        finishes a write it started); if it never does, the run stays resumable."""
         if self._ended:
             return
         st = self.state
@@ -577,8 +578,8 @@ class RunDriver:
         if not done or write.cancelled() or write.exception() is not None:
             exc = None if not done or write.cancelled() else write.exception()
             log.warning(
-                "run %s: the cancelled end record could not be written (%r); "
-                "the run stays resumable",
+                "run %s: the cancelled end record was not durable in time (%r); it may still "
+                "land (the journal finishes a started write), else the run stays resumable",
                 self.run_id,
                 exc,
             )
