@@ -1,0 +1,228 @@
+"""Rendering for the commands: rich tables on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from polyloop import RunResult, StepRecord
+from polyloop.events import ActionStarted, Event, RunEnded, StepAppended
+
+console = Console(highlight=False, soft_wrap=False)
+
+
+def _plain() -> bool:
+    return not sys.stdout.isatty()
+
+
+def _when(epoch: float | None) -> str:
+    return "" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def _short(text: str | None, width: int = 48) -> str:
+    line = " ".join((text or "").split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class Progress:
+    """An observer drawing one line per step (step number, tool, status, elapsed)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ActionStarted) and not _plain():
+            console.print(f"[dim]  step {event.step_idx}  {event.tool_name or ''} …[/dim]")
+        elif isinstance(event, StepAppended):
+            s = event.step
+            status = s.action_status or ("invalid" if not s.parse_ok else "answer")
+            self.line(
+                f"step {s.step_idx:>3}  {_short(s.action or s.parse_error or '', 44):<44}  "
+                f"{status:<12} {time.monotonic() - self.started:7.1f}s"
+            )
+        elif isinstance(event, RunEnded):
+            self.line(f"stopped: {event.stop_reason}")
+
+    def line(self, text: str) -> None:
+        print(text, flush=True)
+
+    def header(self, run_id: str, journal: Path, config: dict[str, Any]) -> None:
+        self.line(f"run {run_id}  model {config['model']}  workspace {config['workspace']}")
+        self.line(f"journal {journal}")
+
+    def result(self, result: RunResult) -> None:
+        self.line(
+            f"run {result.run_id}: {result.stop_reason} after {result.steps_used} steps, "
+            f"{result.actions_executed} actions"
+        )
+        if result.stop_detail:
+            self.line(f"detail: {result.stop_detail}")
+        if result.final_answer:
+            self.line(f"answer: {result.final_answer}")
+
+    def detached(self, run_id: str, journal: Path | None) -> None:
+        where = f" --journal {journal}" if journal else ""
+        self.line(f"detached: run {run_id} stays resumable: polyloop resume {run_id}{where}")
+
+
+def filter_runs(
+    rows: list[dict[str, Any]], *, stop_reason: str | None, since: str | None
+) -> list[dict[str, Any]]:
+    if stop_reason:
+        rows = [r for r in rows if r["stop_reason"] == stop_reason]
+    if since:
+        try:
+            start = time.mktime(time.strptime(since, "%Y-%m-%d"))
+        except ValueError:
+            from ._setup import BadInput
+
+            raise BadInput(f"--since takes a date as YYYY-MM-DD, got {since!r}") from None
+        rows = [r for r in rows if r["created_at"] >= start]
+    return rows
+
+
+def runs_table(rows: list[dict[str, Any]]) -> None:
+    cols = ["run_id", "created", "status", "stop_reason", "steps", "actions", "goal"]
+    data = [
+        [
+            r["run_id"],
+            _when(r["created_at"]),
+            r["status"],
+            r["stop_reason"] or "",
+            str(r["steps_used"]),
+            str(r["actions_executed"]),
+            _short(r["goal"], 40),
+        ]
+        for r in rows
+    ]
+    _table(cols, data, title=f"{len(rows)} runs")
+
+
+def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
+    print(f"run {run['run_id']}  {run['status']}  {run['stop_reason'] or ''}")
+    print(f"goal: {_short(run['goal'], 100)}")
+    if run.get("stop_detail"):
+        print(f"detail: {run['stop_detail']}")
+    cols = ["step", "action", "status", "observation", "prompt", "ms"]
+    data = [
+        [
+            str(s.step_idx),
+            _short(s.action or s.parse_error or "(final answer)", 40),
+            s.action_status or ("invalid" if not s.parse_ok else "-"),
+            _short(s.observation, 40),
+            str(s.prompt_chars),
+            f"{s.step_wall_ms:.0f}",
+        ]
+        for s in steps
+    ]
+    _table(cols, data)
+    if run.get("final_answer"):
+        print(f"answer: {run['final_answer']}")
+
+
+def show_json(run: dict[str, Any], steps: list[StepRecord]) -> None:
+    print(
+        json.dumps(
+            {"run": run, "steps": [s.to_dict() for s in steps]}, ensure_ascii=False, indent=2
+        )
+    )
+
+
+def stats(rows: list[dict[str, Any]]) -> None:
+    ended = [r for r in rows if r["status"] == "ended"]
+    counts: dict[str, int] = {}
+    for r in ended:
+        counts[r["stop_reason"]] = counts.get(r["stop_reason"], 0) + 1
+    total = len(ended) or 1
+    _table(
+        ["stop_reason", "runs", "share"],
+        [
+            [k, str(v), f"{100 * v / total:.1f}%"]
+            for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
+        ],
+        title=f"{len(ended)} ended runs ({len(rows) - len(ended)} not ended)",
+    )
+    steps = sorted(r["steps_used"] for r in ended)
+    if steps:
+        qs = (
+            statistics.quantiles(steps, n=100, method="inclusive")
+            if len(steps) > 1
+            else [steps[0]] * 99
+        )
+        print(
+            f"steps per run: p50 {qs[49]:.0f}  p90 {qs[89]:.0f}  p99 {qs[98]:.0f}  max {steps[-1]}"
+        )
+
+
+_REDACTED = "[redacted]"
+
+
+def export_row(run: dict[str, Any], step: StepRecord, *, redact: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "run_id": run["run_id"],
+        "goal": run["goal"],
+        "stop_reason": run["stop_reason"],
+        "run_status": run["status"],
+        "created_at": run["created_at"],
+        **step.to_dict(),
+    }
+    if redact:
+        row["goal"] = _REDACTED
+        for key in ("raw_response", "observation", "parse_error"):
+            if row[key] is not None:
+                row[key] = _REDACTED
+        if step.tool_args_json is not None:
+            args = json.loads(step.tool_args_json)
+            row["tool_args_json"] = json.dumps(
+                {k: _REDACTED for k in args} if isinstance(args, dict) else _REDACTED
+            )
+            row["action"] = f"{step.tool_name}(…)"
+        elif row["action"] is not None:
+            row["action"] = _REDACTED
+    return row
+
+
+def write_export(rows: list[dict[str, Any]], fmt: str, output: Path | None) -> None:
+    from ._setup import BadInput
+
+    if fmt == "parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise BadInput(
+                "parquet export needs pyarrow: pip install 'polyloop[parquet]'"
+            ) from None
+        assert output is not None
+        pq.write_table(pa.Table.from_pylist(rows), output)
+        print(f"wrote {len(rows)} steps to {output}", file=sys.stderr)
+        return
+    lines = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+    if output is None:
+        sys.stdout.write(lines)
+    else:
+        output.write_text(lines, encoding="utf-8")
+        print(f"wrote {len(rows)} steps to {output}", file=sys.stderr)
+
+
+def _table(cols: list[str], data: list[list[str]], title: str | None = None) -> None:
+    if _plain():
+        if title:
+            print(title)
+        print("\t".join(cols))
+        for row in data:
+            print("\t".join(row))
+        return
+    table = Table(title=title, show_lines=False)
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for row in data:
+        table.add_row(*row)
+    console.print(table)

@@ -1,0 +1,133 @@
+"""What the commands share: checking arguments, opening the journal, building a Loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from polyloop import ConfigError, Limits, Loop, RunNotFound
+from polyloop.journal import SQLiteJournal
+
+DEFAULT_JOURNAL = "polyloop.db"
+JOURNAL_ENV = "POLYLOOP_JOURNAL"
+TOOL_SETS = ("files", "shell")
+
+
+class BadInput(Exception):
+    """Input the command cannot act on; its message is the one line the user sees."""
+
+
+class OpenJournal:
+    """A SQLiteJournal and the path it was opened from."""
+
+    def __init__(self, journal: SQLiteJournal, path: Path) -> None:
+        self.journal = journal
+        self.path = path
+
+
+def journal_path(path: Path | None) -> Path:
+    """``--journal``, else ``$POLYLOOP_JOURNAL``, else ``./polyloop.db``."""
+    if path is not None:
+        return path
+    return Path(os.environ.get(JOURNAL_ENV) or DEFAULT_JOURNAL)
+
+
+@asynccontextmanager
+async def open_journal(
+    path: Path | None, *, must_exist: bool = False
+) -> AsyncIterator[OpenJournal]:
+    resolved = journal_path(path)
+    if must_exist and not resolved.exists():
+        raise BadInput(f"no journal at {resolved} (pass --journal PATH or set ${JOURNAL_ENV})")
+    journal = SQLiteJournal(resolved)
+    try:
+        yield OpenJournal(journal, resolved)
+    finally:
+        await journal.aclose()
+
+
+def run_config(
+    *,
+    model: str,
+    base_url: str | None,
+    workspace: Path,
+    tools: str,
+    max_steps: int,
+    max_actions: int | None,
+    max_prompt_chars: int | None,
+) -> dict[str, Any]:
+    """Check the ``run`` arguments; the result is stored with the run (for ``resume``)."""
+    provider, sep, name = model.partition(":")
+    if not sep or not name:
+        raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
+    if provider != "openai":
+        raise BadInput(
+            f"unknown model provider {provider!r} in {model!r}: use openai:MODEL "
+            "(any OpenAI-compatible server via --base-url)"
+        )
+    if not workspace.is_dir():
+        raise BadInput(f"the workspace {workspace} does not exist or is not a folder")
+    chosen = [t.strip() for t in tools.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in TOOL_SETS]
+    if unknown or "files" not in chosen:
+        raise BadInput(f"--tools takes files or files,shell; got {tools!r}")
+    limits = Limits(max_steps=max_steps, max_actions=max_actions, max_prompt_chars=max_prompt_chars)
+    return {
+        "model": model,
+        "base_url": base_url,
+        "workspace": str(workspace.resolve()),
+        "tools": chosen,
+        "limits": limits.to_dict(),
+    }
+
+
+def _model(config: dict[str, Any]) -> Any:
+    try:
+        from polyloop.models.openai import OpenAIModel
+
+        return OpenAIModel(config["model"].partition(":")[2], base_url=config.get("base_url"))
+    except ImportError as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+
+
+async def build_loop(
+    journal: OpenJournal,
+    config: dict[str, Any] | None,
+    run_id: str | None,
+    observer: Callable[[Any], None],
+    *,
+    max_steps: int | None = None,
+) -> tuple[Loop, dict[str, Any], Limits | None]:
+    """The Loop for a new run (``config`` given) or for resuming ``run_id``."""
+    limits: Limits | None = None
+    if config is None:
+        assert run_id is not None
+        try:
+            spec, _ = await journal.journal.read(run_id)
+        except RunNotFound:
+            raise BadInput(f"no run {run_id!r} in {journal.path}") from None
+        cli = (spec.metadata or {}).get("cli")
+        if not isinstance(cli, dict):
+            raise BadInput(
+                f"run {run_id!r} was not started by the polyloop command: resume it "
+                "from the code that started it (Loop.resume)"
+            )
+        config = cli
+        if max_steps is not None:
+            limits = Limits.from_dict({**spec.limits.to_dict(), "max_steps": max_steps})
+    else:
+        limits = Limits.from_dict(config["limits"])
+    workspace = Path(config["workspace"])
+    if not await asyncio.to_thread(workspace.is_dir):
+        raise BadInput(f"the run's workspace {workspace} no longer exists")
+    from polyloop.tools.builtin import workspace_tools
+
+    tools = workspace_tools(workspace, shell="shell" in config["tools"])
+    loop = Loop(_model(config), tools=tools, journal=journal.journal, observers=[observer])
+    return loop, config, limits

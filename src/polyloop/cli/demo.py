@@ -1,0 +1,276 @@
+"""``polyloop demo``: an offline, deterministic tour of a real run and of crash-safe resume.
+
+Scene 1: a scripted model fixes the cancel-order bug of a small shop service through the real
+general tools (list, read, edit) and a test runner, and submits -> ``task_completed``.
+Scene 2: the same run starts in a child process, which is killed (SIGKILL) in the middle of a
+step, while its test run is in flight; the run is then resumed from the SQLite journal.
+
+Only the model is scripted; the loop, the tools and the journal are the code paths a real run
+uses. Nothing here needs a network or an API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from polyloop import (
+    Limits,
+    Loop,
+    ModelReply,
+    RunNotFound,
+    RunResult,
+    ToolCall,
+    ToolContext,
+    ToolRegistry,
+)
+from polyloop.events import Event, RunEnded, StepAppended
+from polyloop.journal import SQLiteJournal
+from polyloop.testing import FunctionModel
+from polyloop.tools.builtin import workspace_tools
+from polyloop.types import ActionIntent, ActionResult, ModelRequest, Record, StepWritten
+
+__all__ = ["DEMO_WORKSPACE", "GOAL", "demo_loop", "run_demo"]
+
+DEMO_WORKSPACE = Path(__file__).with_name("demo_workspace")
+GOAL = (
+    "The shop's cancel_order has a bug: cancelling must refuse a shipped order and return "
+    "the items to stock. Fix it so the tests pass, then submit a summary."
+)
+SLOW_ENV = "POLYLOOP_DEMO_SLOW_TESTS"
+
+_BUGGY = """        order = self.orders[order_id]
+        order.status = "cancelled"
+        return order"""
+_FIXED = """        order = self.orders[order_id]
+        if order.status != "placed":
+            raise OrderError(f"order {order_id} is {order.status}")
+        order.status = "cancelled"
+        self.stock[order.item] += order.quantity
+        return order"""
+
+
+def _call(thought: str, name: str, **arguments: object) -> ModelReply:
+    return ModelReply(text=thought, tool_calls=(ToolCall(name, dict(arguments)),))
+
+
+SCRIPT: list[ModelReply] = [
+    _call("Let me see what is in the workspace.", "list_files", path="."),
+    _call("The bug report is about cancel_order; read it.", "read_file", path="shop/orders.py"),
+    _call("Run the tests to see the failure.", "run_tests"),
+    _call(
+        "cancel_order neither checks the status nor restocks. Fix both.",
+        "edit_file",
+        path="shop/orders.py",
+        old=_BUGGY,
+        new=_FIXED,
+    ),
+    _call("Run the tests again.", "run_tests"),
+    _call(
+        "All tests pass.",
+        "submit",
+        summary="cancel_order now refuses shipped orders and returns the items to stock.",
+    ),
+]
+
+
+def scripted_reply(request: ModelRequest) -> ModelReply:
+    """The scripted model: keyed by step, so a resumed run gets the same replies."""
+    return SCRIPT[min(request.step_idx, len(SCRIPT) - 1)]
+
+
+def demo_tools(workspace: Path) -> ToolRegistry:
+    """The general workspace tools plus a test runner and a submit tool."""
+    registry = ToolRegistry()
+
+    @registry.tool(replay="idempotent")
+    async def run_tests(ctx: ToolContext) -> str:
+        """Run the workspace's unit tests and report the result. Running tests changes
+        nothing, so it is safe to repeat (replay="idempotent")."""
+        if os.environ.get(SLOW_ENV):  # scene 2: a slow test run, so the kill lands mid-step
+            await asyncio.sleep(60)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "unittest",
+            "-q",
+            cwd=workspace,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await proc.communicate()
+        return f"exit code {proc.returncode}\n{out.decode(errors='replace').strip()}"
+
+    @registry.tool(completion_marker=True)
+    def submit(summary: str) -> str:
+        """Submit a summary of the fix; this ends the run."""
+        return "submitted"
+
+    return workspace_tools(workspace, writable_paths=["shop"], shell=False, registry=registry)
+
+
+def demo_loop(
+    workspace: Path, journal: SQLiteJournal, observers: tuple[Callable[[Event], None], ...] = ()
+) -> Loop:
+    return Loop(
+        FunctionModel(scripted_reply),
+        tools=demo_tools(workspace),
+        journal=journal,
+        limits=Limits(max_steps=12),
+        observers=observers,
+    )
+
+
+class _Printer:
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, StepAppended):
+            s = event.step
+            first = (s.observation or "").strip().splitlines()[:1]
+            self.say(
+                f"  step {s.step_idx}  {s.action or '-':<44.44}  {s.action_status or '-':<12}"
+                f"  {s.step_wall_ms:7.1f} ms  {first[0][:40] if first else ''}"
+            )
+        elif isinstance(event, RunEnded):
+            self.say(
+                f"  -> {event.stop_reason} after {event.steps_used} steps, "
+                f"{event.actions_executed} actions"
+            )
+
+
+def _fresh_workspace(root: Path, name: str) -> Path:
+    target = root / name
+    shutil.copytree(DEMO_WORKSPACE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def _describe_tail(records: list[Record]) -> str:
+    steps = sum(isinstance(r, StepWritten) for r in records)
+    last = records[-1] if records else None
+    if isinstance(last, ActionIntent):
+        a = last.action
+        return (
+            f"{steps} complete steps, then an action intent for step {last.step_idx} "
+            f"({a.tool_name}, op_id {last.op_id[:12]}…, replay={last.replay_policy}) "
+            "with no result: the action was in flight when the process died"
+        )
+    return f"{steps} complete steps; the last record is {last.kind if last else 'none'}"
+
+
+async def _scene_one(root: Path, journal: SQLiteJournal, say: Callable[[str], None]) -> RunResult:
+    say("Scene 1 — a run fixes a bug through the real tools (the model is scripted)")
+    workspace = _fresh_workspace(root, "shop-1")
+    result = await demo_loop(workspace, journal, (_Printer(say),)).run(GOAL)
+    say(f"  run {result.run_id}: {result.stop_reason}\n")
+    return result
+
+
+async def _scene_two(root: Path, journal_path: Path, say: Callable[[str], None]) -> RunResult:
+    say("Scene 2 — the same run in a child process, killed with SIGKILL mid-step, resumed")
+    workspace = _fresh_workspace(root, "shop-2")
+    run_id = f"demo-crash-{os.getpid()}"
+    env = {**os.environ, SLOW_ENV: "1"}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "polyloop.cli.demo",
+        str(workspace),
+        str(journal_path),
+        run_id,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    reader = SQLiteJournal(journal_path)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            if child.returncode is not None:
+                err = (await child.stderr.read()).decode() if child.stderr else ""
+                raise RuntimeError(f"the demo's child process exited early:\n{err}")
+            try:
+                _, recs = await reader.read(run_id)
+            except RunNotFound:
+                continue  # not created yet
+            if recs and isinstance(recs[-1], ActionIntent) and recs[-1].step_idx == 2:
+                break
+        else:
+            raise RuntimeError("the demo's child never reached the step to interrupt")
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+        say(f"  child pid {child.pid} killed while its test run was in flight")
+        _, recs = await reader.read(run_id)
+        say(f"  the journal holds: {_describe_tail(list(recs))}")
+    finally:
+        await reader.aclose()
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    journal = SQLiteJournal(journal_path)
+    try:
+        say("  resuming (the dead owner's lease is taken over at once):")
+        result = await demo_loop(workspace, journal, (_Printer(say),)).resume(run_id)
+    finally:
+        await journal.aclose()
+    records = list(await _read(journal_path, run_id))
+    replays = [r for r in records if isinstance(r, ActionIntent) and r.step_idx == 2]
+    results = [r for r in records if isinstance(r, ActionResult) and r.step_idx == 2]
+    say(
+        f"  the interrupted action had 1 intent and {len(results)} result: it was executed "
+        f"again with the same op_id {replays[0].op_id[:12]}… (replay=idempotent)"
+    )
+    say(f"  run {run_id}: {result.stop_reason}\n")
+    return result
+
+
+async def _read(path: Path, run_id: str) -> list[Record]:
+    journal = SQLiteJournal(path)
+    try:
+        return list((await journal.read(run_id))[1])
+    finally:
+        await journal.aclose()
+
+
+async def run_demo(say: Callable[[str], None] = print, root: Path | None = None) -> int:
+    """Run both scenes; returns the process exit code (0 when both ended task_completed)."""
+    root = root or Path(tempfile.mkdtemp(prefix="polyloop-demo-"))
+    journal_path = root / "demo.sqlite"
+    say("PolyLoop demo — offline: the model is a script, everything else is real.\n")
+    journal = SQLiteJournal(journal_path)
+    try:
+        first = await _scene_one(root, journal, say)
+    finally:
+        await journal.aclose()
+    second = await _scene_two(root, journal_path, say)
+    say("Look inside:")
+    say(f"  polyloop runs --journal {journal_path}")
+    say(f"  polyloop show {first.run_id} --journal {journal_path}")
+    say(
+        f'  sqlite3 {journal_path} "SELECT step_idx, tool_name, action_status, '
+        f"prompt_chars FROM steps WHERE run_id = '{second.run_id}'\""
+    )
+    say(f'  sqlite3 {journal_path} "SELECT stop_reason, count(*) FROM runs GROUP BY 1"')
+    ok = first.stop_reason == second.stop_reason == "task_completed"
+    return 0 if ok else 1
+
+
+def _child(workspace: str, journal_path: str, run_id: str) -> None:
+    async def go() -> None:
+        journal = SQLiteJournal(Path(journal_path))
+        await demo_loop(Path(workspace), journal).run(GOAL, run_id=run_id)
+
+    asyncio.run(go())
+
+
+if __name__ == "__main__":  # the child process of scene 2
+    _child(*sys.argv[1:4])
