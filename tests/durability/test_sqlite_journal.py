@@ -15,6 +15,7 @@ import gc
 import itertools
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -132,6 +133,14 @@ def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.Complete
         env=env,
         check=False,
     )
+
+
+def run_crash_child(*args: str) -> subprocess.CompletedProcess[str]:
+    """tests/durability/crash_child.py: SIGKILLs itself around its n-th journal write."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.durability.crash_child", *args],
+        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
+    )  # fmt: skip
 
 
 # -- the kernel contract on SQLite ------------------------------------------------------------
@@ -686,45 +695,6 @@ async def test_a_cancelled_create_gives_its_lease_back(tmp_path: Path) -> None:
 
 # -- processes --------------------------------------------------------------------------------
 
-_CRASH_CHILD = """
-import asyncio, os, sys
-from polyloop.journal import SQLiteJournal
-from tests.contract.test_resume import World, new_loop
-
-path, n, after, effects = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "after", sys.argv[4]
-
-class Logged(list):
-    def __init__(self, tag):
-        super().__init__()
-        self.tag = tag
-    def append(self, item):
-        super().append(item)
-        with open(effects, "a") as f:
-            f.write(f"{self.tag} {item}\\n")
-
-class Dying:
-    # Delegates to the journal and kills the process around its n-th append.
-    def __init__(self, inner):
-        self.inner, self.count = inner, 0
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-    async def append(self, lease, records):
-        self.count += 1
-        if self.count == n and not after:
-            os._exit(0)
-        await self.inner.append(lease, records)
-        if self.count == n and after:
-            os._exit(0)
-
-async def main():
-    world = World()
-    world.charged, world.stored = Logged("charged"), Logged("stored")
-    await new_loop(world, Dying(SQLiteJournal(path))).run("pay", run_id="r")
-    os._exit(3)  # never reached: the run crashes first
-
-asyncio.run(main())
-"""
-
 
 @pytest.mark.parametrize(
     ("kind", "tool", "after"),
@@ -742,9 +712,8 @@ async def test_a_killed_process_is_resumed_by_another_at_once(
     n = first_write(ref_journal, kind, tool)
     path, effects = tmp_path / "j.db", tmp_path / "effects.txt"
     effects.touch()
-    child = run_child(_CRASH_CHILD, str(path), str(n), "after" if after else "before",
-                      str(effects))  # fmt: skip
-    assert child.returncode == 0, child.stderr
+    child = run_crash_child(str(path), str(n), "after" if after else "before", str(effects))
+    assert child.returncode == -signal.SIGKILL, child.stderr
     dead_owner = sql(path, "SELECT owner FROM runs")[0][0]
     assert dead_owner is not None  # it died holding the lease
     world = World()

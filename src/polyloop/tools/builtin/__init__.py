@@ -1,0 +1,37 @@
+"""General workspace tools: read, write, edit and list files, grep, and a shell, bound to one
+workspace root (tools.md, "General tools"). Optional: the kernel never imports this package.
+
+::
+
+    from polyloop.tools.builtin import CommandPolicy, Rule, workspace_tools
+
+    tools = workspace_tools(
+        "/path/to/checkout",
+        writable_paths=["src", "tests"],
+        command_policy=CommandPolicy(
+            [Rule(r"\\bgit\\s+push\\b", "prompt"), Rule(r"\\brm\\s+-[a-z]*r", "forbid")]
+        ),
+        approve=lambda command: input(f"run {command!r}? [y/N] ") == "y",
+    )
+    loop = polyloop.Loop(model, tools=tools)
+
+Paths are confined to the root (``..``, absolute paths and symlinks that lead out are refused
+as ``not_executed``); ``writable_paths`` narrows where writes go; the shell has a timeout, an
+output cap and a command policy. Every model-visible string is in :class:`BuiltinTexts`.
+"""
+
+from ._policy import Approver, CommandPolicy, PolicyDecision, Rule, Verdict
+from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
+from ._workspace import TOOL_NAMES, workspace_tools
+
+__all__ = [
+    "DEFAULT_BUILTIN_TEXTS",
+    "TOOL_NAMES",
+    "Approver",
+    "BuiltinTexts",
+    "CommandPolicy",
+    "PolicyDecision",
+    "Rule",
+    "Verdict",
+    "workspace_tools",
+]

@@ -1,0 +1,403 @@
+"""The file tools' work: read, write, edit, list and grep inside a :class:`Workspace`.
+
+Each method returns the observation (a ``str``, or an ``Outcome`` when it reports
+``truncated_chars``) or raises :class:`Refused` before touching anything. Output is capped at
+``max_output_chars`` characters of content; ``truncated_chars`` counts, exactly, the
+characters of the full result the model did not see (notes the tools add are not counted).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from polyloop.types import ActionStatus, Outcome
+
+from ._paths import Refused, Workspace, glob_regex, matches_glob
+from ._texts import BuiltinTexts
+
+__all__ = ["Files"]
+
+_SNIFF_BYTES = 8192  # like git: a NUL in the first 8 KiB makes a file binary
+_CHUNK = 1 << 16
+_GREP_LINE_CHARS = 400
+_EDIT_LINES_SHOWN = 10
+_SKIPPED_DIRS = frozenset({".git"})
+
+
+class _LineCap:
+    """Lines joined by "\\n", kept up to ``limit`` characters (whole lines, unless the first
+    line alone is longer); counts everything, kept or not."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept: list[str] = []
+        self.lines = 0
+        self.full = 0
+        self.shown = 0
+        self.omitted_lines = 0
+        self.stopped = False
+
+    def add(self, line: str, *, extra: int = 0) -> None:
+        """Add ``line``; ``extra`` characters of it were already cut by the caller."""
+        sep = 1 if self.lines else 0
+        self.lines += 1
+        self.full += sep + len(line) + extra
+        if self.stopped:
+            self.omitted_lines += 1
+        elif self.shown + sep + len(line) <= self.limit:
+            self.kept.append(line)
+            self.shown += sep + len(line)
+        else:
+            self.stopped = True
+            if self.kept:
+                self.omitted_lines += 1
+            else:
+                self.kept.append(line[: self.limit])
+                self.shown = self.limit
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.kept)
+
+    @property
+    def truncated(self) -> int:
+        return self.full - self.shown
+
+
+def _outcome(text: str, truncated: int) -> str | Outcome:
+    if truncated:
+        return Outcome(ActionStatus.executed, text, truncated_chars=truncated)
+    return text
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+class Files:
+    """The file tools bound to one workspace."""
+
+    def __init__(self, workspace: Workspace, texts: BuiltinTexts, max_output_chars: int) -> None:
+        self._ws = workspace
+        self._texts = texts
+        self._max = max_output_chars
+
+    # --- read_file ----------------------------------------------------------------------------
+
+    def read(self, path: str, offset: int, limit: int | None) -> str | Outcome:
+        """Lines ``offset`` to ``offset + limit`` of a UTF-8 file, cut at the cap."""
+        t = self._texts
+        real = self._ws.resolve(path)
+        size = self._regular_file(real, path).st_size
+        with self._open(real, path) as f:
+            if b"\x00" in f.read(_SNIFF_BYTES):
+                raise Refused(t.binary_file.format(path=path, size=size))
+            f.seek(0)
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            end = None if limit is None else offset + limit
+            line = 0  # index of the current line
+            partial = False  # the current line has begun but not ended
+            consumed = 0  # bytes read
+            parts: list[str] = []
+            shown = 0  # characters in parts
+            line_start = 0  # `shown` when the current line began
+            selected = 0  # characters in the selected lines
+            cut: str | None = None
+            next_offset = 0
+            long_line: int | None = None
+            while end is None or line < end:
+                piece = f.readline(_CHUNK)
+                pending = len(decoder.getstate()[0])
+                try:
+                    text = decoder.decode(piece, final=not piece)
+                except UnicodeDecodeError as exc:
+                    position = consumed - pending + exc.start
+                    raise Refused(
+                        t.not_utf8.format(path=path, size=size, position=position)
+                    ) from None
+                if not piece:
+                    break
+                consumed += len(piece)
+                if line >= offset:
+                    selected += len(text)  # after a cut, only counted
+                    if cut is None and shown + len(text) <= self._max:
+                        parts.append(text)
+                        shown += len(text)
+                    elif cut is None and line_start > 0:  # stop before the line that won't fit
+                        cut = "".join(parts)[:line_start]
+                        next_offset = line
+                    elif cut is None:  # the first line alone is over the cap
+                        cut = ("".join(parts) + text)[: self._max]
+                        next_offset, long_line = line + 1, line
+                partial = not piece.endswith(b"\n")
+                if not partial:
+                    line += 1
+                    if cut is None:
+                        line_start = shown
+        if cut is None:
+            if selected:
+                return "".join(parts)
+            if offset == 0:
+                return t.empty_file.format(path=path)
+            lines = line + (1 if partial else 0)
+            raise Refused(t.past_end.format(offset=offset, path=path, lines=lines))
+        if long_line is None:
+            note = t.read_cut.format(cut=selected - len(cut), next_offset=next_offset)
+        else:
+            note = t.read_cut_long_line.format(
+                cut=selected - len(cut),
+                line=long_line,
+                max_output_chars=self._max,
+                next_offset=next_offset,
+            )
+        separator = "" if cut.endswith("\n") else "\n"
+        return Outcome(
+            ActionStatus.executed, cut + separator + note, truncated_chars=selected - len(cut)
+        )
+
+    # --- write_file and edit_file ---------------------------------------------------------------
+
+    def write(self, path: str, content: str) -> str:
+        """Create or replace a file with ``content``."""
+        t = self._texts
+        real = self._ws.resolve(path)
+        self._ws.check_writable(real, path)
+        data = self._encode(content, path)
+        existed = self._writable_target(real, path)
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise Refused(t.parent_not_directory.format(path=path)) from None
+        except OSError as exc:
+            raise Refused(t.os_error.format(path=path, reason=exc.strerror or exc)) from None
+        self._write(real, data, path)
+        template = t.overwritten if existed else t.created
+        return template.format(path=path, chars=len(content), lines=_line_count(content))
+
+    def edit(self, path: str, old: str, new: str) -> str:
+        """Replace the one occurrence of ``old`` with ``new``."""
+        t = self._texts
+        real = self._ws.resolve(path)
+        self._ws.check_writable(real, path)
+        size = self._regular_file(real, path).st_size
+        with self._open(real, path) as f:
+            data = f.read()
+        try:
+            if b"\x00" in data[:_SNIFF_BYTES]:
+                raise UnicodeError
+            text = data.decode("utf-8")
+        except UnicodeError:
+            raise Refused(t.edit_binary.format(path=path, size=size)) from None
+        if not old:
+            raise Refused(t.edit_empty_old)
+        count = text.count(old)
+        if count == 0:
+            crlf = "\r\n" in text and "\n" in old and old.replace("\n", "\r\n") in text
+            hint = t.edit_crlf_hint if crlf else ""
+            raise Refused(t.edit_not_found.format(path=path, hint=hint))
+        if count > 1:
+            starts = list(_occurrences(text, old, _EDIT_LINES_SHOWN))
+            shown = ", ".join(str(n) for n in starts) + (", ..." if count > len(starts) else "")
+            raise Refused(t.edit_ambiguous.format(count=count, path=path, lines=shown))
+        if old == new:
+            raise Refused(t.edit_unchanged)
+        index = text.index(old)
+        data = self._encode(text[:index] + new + text[index + len(old) :], path)
+        self._write(real, data, path)
+        return t.edited.format(
+            path=path,
+            line=text.count("\n", 0, index) + 1,
+            old_lines=_line_count(old),
+            new_lines=_line_count(new),
+        )
+
+    # --- list_files -------------------------------------------------------------------------
+
+    def listing(self, path: str, pattern: str | None) -> str | Outcome:
+        """The files under ``path``, one per line, cut at the cap."""
+        t = self._texts
+        real = self._ws.resolve(path)
+        self._exists(real, path)
+        rx = glob_regex(pattern) if pattern else None
+        entries: list[str] = []
+        for full, rel_base, is_link in self._walk(real):
+            if rx is not None and pattern and not matches_glob(rx, pattern, rel_base):
+                continue
+            rel = self._ws.relative(full)
+            entries.append(f"{rel} -> {self._link_target(full)}" if is_link else rel)
+        if not entries:
+            if pattern:
+                return t.list_empty_pattern.format(pattern=pattern, path=path)
+            return t.list_empty.format(path=path)
+        cap = _LineCap(self._max)
+        for entry in sorted(entries):
+            cap.add(entry)
+        if not cap.truncated:
+            return cap.text
+        note = t.list_cut.format(more=cap.omitted_lines, cut=cap.truncated)
+        return _outcome(f"{cap.text}\n{note}", cap.truncated)
+
+    # --- grep -------------------------------------------------------------------------------
+
+    def grep(self, pattern: str, path: str, glob: str | None) -> str | Outcome:
+        """Lines matching ``pattern`` in the text files under ``path``, cut at the cap."""
+        t = self._texts
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise Refused(t.bad_regex.format(pattern=pattern, reason=exc)) from None
+        real = self._ws.resolve(path)
+        self._exists(real, path)
+        rx = glob_regex(glob) if glob else None
+        files: list[tuple[str, Path]] = []
+        for full, rel_base, is_link in self._walk(real):
+            if rx is not None and glob and not matches_glob(rx, glob, rel_base):
+                continue
+            target = Path(os.path.realpath(full)) if is_link else full
+            if is_link and not target.is_relative_to(self._ws.root):
+                continue  # never read through a link that leads out of the workspace
+            files.append((self._ws.relative(full), target))
+        files.sort()
+        cap = _LineCap(self._max)
+        searched = binary = 0
+        for rel, target in files:
+            try:
+                if not stat.S_ISREG(target.stat().st_mode):
+                    continue  # opening a pipe or a device could block forever
+                with open(target, "rb") as f:
+                    if b"\x00" in f.read(_SNIFF_BYTES):
+                        binary += 1
+                        continue
+                    f.seek(0)
+                    searched += 1
+                    for number, line in _lines(f):
+                        if regex.search(line):
+                            self._add_match(cap, f"{rel}:{number}:", line)
+            except OSError:
+                continue  # unreadable: skipped, like a binary file
+        if not cap.lines:
+            return t.grep_none.format(pattern=pattern, path=path, files=searched, binary=binary)
+        if not cap.truncated:
+            return cap.text
+        if cap.omitted_lines:
+            note = t.grep_cut.format(more=cap.omitted_lines, cut=cap.truncated)
+            return _outcome(f"{cap.text}\n{note}", cap.truncated)
+        return _outcome(cap.text, cap.truncated)  # only long lines were shortened
+
+    def _add_match(self, cap: _LineCap, prefix: str, line: str) -> None:
+        marker = self._texts.grep_line_cut
+        if len(line) <= _GREP_LINE_CHARS:
+            cap.add(prefix + line)
+            return
+        kept = line[:_GREP_LINE_CHARS]
+        # the marker is ours, not content: count everything after `kept` as cut
+        cap.add(prefix + kept + marker, extra=len(line) - len(kept) - len(marker))
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _walk(self, top: Path) -> Iterator[tuple[Path, str, bool]]:
+        """``(path, path relative to top, is a symlink)`` for every file and symlink under
+        ``top`` (``top`` itself if it is not a directory), not following symlinks and skipping
+        ``.git``."""
+        if not top.is_dir():
+            yield top, top.name, False
+            return
+        for dirpath, dirnames, filenames in os.walk(top):
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            dirnames[:] = [d for d in dirnames if d not in _SKIPPED_DIRS and d not in links]
+            for name in [*filenames, *links]:
+                full = Path(dirpath, name)
+                rel = os.path.relpath(full, top).replace(os.sep, "/")
+                yield full, rel, full.is_symlink()
+
+    def _link_target(self, link: Path) -> str:
+        real = Path(os.path.realpath(link))
+        if not real.is_relative_to(self._ws.root):
+            return "(outside the workspace)"
+        rel = self._ws.relative(real)
+        return rel + ("/" if real.is_dir() else "" if real.exists() else " (missing)")
+
+    def _exists(self, real: Path, path: str) -> os.stat_result:
+        try:
+            return real.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise Refused(self._texts.not_found.format(path=path)) from None
+        except OSError as exc:
+            raise Refused(
+                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
+            ) from None
+
+    def _regular_file(self, real: Path, path: str) -> os.stat_result:
+        st = self._exists(real, path)
+        if stat.S_ISDIR(st.st_mode):
+            raise Refused(self._texts.is_directory.format(path=path))
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(self._texts.not_regular.format(path=path))
+        return st
+
+    def _writable_target(self, real: Path, path: str) -> bool:
+        """Whether ``real`` exists (as a regular file); refuse a directory or special file."""
+        try:
+            st = real.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise Refused(
+                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
+            ) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise Refused(self._texts.is_directory.format(path=path))
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(self._texts.not_regular.format(path=path))
+        return True
+
+    def _open(self, real: Path, path: str) -> BinaryIO:
+        try:
+            return open(real, "rb")
+        except OSError as exc:
+            raise Refused(
+                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
+            ) from None
+
+    def _write(self, real: Path, data: bytes, path: str) -> None:
+        try:
+            f = open(real, "wb")  # noqa: SIM115 - only opening may be refused
+        except OSError as exc:  # nothing was touched yet (e.g. permission denied)
+            raise Refused(
+                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
+            ) from None
+        with f:  # a failure from here on may leave the file half-written: it propagates
+            f.write(data)
+
+    def _encode(self, text: str, path: str) -> bytes:
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise Refused(self._texts.bad_unicode.format(path=path, reason=exc.reason)) from None
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, text)`` for the lines of a binary file, decoded leniently,
+    without their line endings. A line longer than 1 MiB comes in pieces, each with the
+    line's number (so memory stays bounded)."""
+    number = 1
+    while piece := f.readline(1 << 20):
+        yield number, piece.decode("utf-8", "replace").rstrip("\r\n")
+        if piece.endswith(b"\n"):
+            number += 1
+
+
+def _occurrences(text: str, old: str, most: int) -> Iterator[int]:
+    """The 1-based lines where the first ``most`` occurrences of ``old`` start."""
+    index = text.find(old)
+    found = 0
+    while index != -1 and found < most:
+        yield text.count("\n", 0, index) + 1
+        found += 1
+        index = text.find(old, index + len(old))

@@ -1,0 +1,283 @@
+"""``workspace_tools``: the general file and shell tools, bound to one workspace root."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+import pydantic
+
+from polyloop.types import ActionStatus, ConfigError, Outcome
+
+from ..registry import ToolRegistry
+from ._files import Files
+from ._paths import Refused, Workspace
+from ._policy import Approver, CommandPolicy, Verdict
+from ._shell import ShellResult, default_shell, run_shell
+from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
+
+__all__ = ["TOOL_NAMES", "workspace_tools"]
+
+TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "grep", "shell")
+"""The names ``workspace_tools`` registers, in order (``shell`` only with ``shell=True``)."""
+
+_MIN_OUTPUT_CHARS = 100
+
+# Module level, so that the registry can resolve the annotations of the tool functions.
+Offset = Annotated[int, pydantic.Field(ge=0)]
+Limit = Annotated[int, pydantic.Field(ge=1)]
+
+
+def workspace_tools(
+    root: str | os.PathLike[str],
+    *,
+    writable_paths: Sequence[str | os.PathLike[str]] | None = None,
+    shell: bool = True,
+    shell_timeout_s: float = 30.0,
+    max_output_chars: int = 20_000,
+    command_policy: CommandPolicy | None = None,
+    approve: Approver | None = None,
+    registry: ToolRegistry | None = None,
+    texts: BuiltinTexts = DEFAULT_BUILTIN_TEXTS,
+) -> ToolRegistry:
+    """Register the workspace tools on a registry and return it.
+
+    The tools: ``read_file``, ``write_file``, ``edit_file``, ``list_files``, ``grep`` (sync,
+    run in a worker thread) and, with ``shell=True``, ``shell`` (async). Reads are declared
+    ``replay="idempotent"``, writes and the shell ``"never"``.
+
+    Every path argument is resolved inside ``root``: ``..``, absolute paths and symbolic links
+    that lead outside it, and paths containing NUL, are refused as ``not_executed`` with a
+    synthetic observation, before anything is touched. So are calls that cannot be carried
+    out as given (a missing file, a directory where a file is needed, a binary or non-UTF-8
+    file to read or edit, an ``old`` text that does not occur exactly once, an invalid
+    regular expression, a command the policy refuses): they cost a step, not an action, and
+    their observation says what to do instead. The shell is *not* confined to the root by
+    these rules (its working directory is the root, nothing more): confine it with
+    ``command_policy`` and an operating-system sandbox. POSIX only.
+
+    Args:
+        root: the workspace directory (it must exist); its real path is the root.
+        writable_paths: paths or globs relative to the root (``"src"``, ``"docs/*.md"``,
+            ``"**/*.py"``; ``*`` and ``?`` never match "/", ``**`` matches any number of
+            directories) under which ``write_file`` and ``edit_file`` may write; a path is
+            writable if it or one of its parent directories matches an entry. None (the
+            default) allows writes anywhere in the root; ``[]`` makes the workspace read-only.
+            A write elsewhere is ``not_executed``.
+        shell: register the ``shell`` tool.
+        shell_timeout_s: seconds before a command is killed with every process it started.
+        max_output_chars: the most characters of content any one call shows; what is cut is
+            reported in ``Outcome.truncated_chars``.
+        command_policy: which commands may run; default ``CommandPolicy()``, which allows
+            every command (see :class:`CommandPolicy` and :meth:`CommandPolicy.strict`).
+        approve: ``approve(command) -> bool`` (sync or async), asked about commands the policy
+            says to ``prompt`` for; without it such commands are refused. Only ``True``
+            approves; if it raises, the command is refused.
+        registry: register on this registry instead of a new one.
+        texts: the model-visible wording (tool descriptions, refusals, notes).
+
+    Returns:
+        The registry the tools were registered on.
+
+    Raises:
+        ConfigError: ``root`` is not a directory; a ``writable_paths`` entry lies outside it
+            (or ``writable_paths`` is a single string); ``shell_timeout_s`` or
+            ``max_output_chars`` is not positive (the latter must be at least 100); a tool name
+            is already taken in ``registry`` (nothing is registered then); ``shell=True`` on a
+            system without process groups.
+    """
+    if isinstance(shell_timeout_s, bool) or not (
+        isinstance(shell_timeout_s, int | float)
+        and math.isfinite(shell_timeout_s)
+        and shell_timeout_s > 0
+    ):
+        raise ConfigError(
+            f"workspace_tools: shell_timeout_s must be a positive number of seconds, "
+            f"got {shell_timeout_s!r}"
+        )
+    if (
+        isinstance(max_output_chars, bool)
+        or not isinstance(max_output_chars, int)
+        or max_output_chars < _MIN_OUTPUT_CHARS
+    ):
+        raise ConfigError(
+            f"workspace_tools: max_output_chars must be an int >= {_MIN_OUTPUT_CHARS}, "
+            f"got {max_output_chars!r}"
+        )
+    if shell and not hasattr(os, "killpg"):
+        raise ConfigError(
+            "workspace_tools: the shell tool needs POSIX process groups; pass shell=False"
+        )
+    workspace = Workspace(root, writable_paths, texts)
+    registry = ToolRegistry() if registry is None else registry
+    names = TOOL_NAMES if shell else TOOL_NAMES[:-1]
+    taken = [name for name in names if name in registry]
+    if taken:
+        raise ConfigError(
+            f"workspace_tools: the registry already has tools named {taken}; register the "
+            "workspace tools on another registry"
+        )
+    runner = (
+        _Shell(
+            workspace,
+            texts,
+            timeout_s=float(shell_timeout_s),
+            max_chars=max_output_chars,
+            policy=CommandPolicy() if command_policy is None else command_policy,
+            approve=approve,
+        )
+        if shell
+        else None
+    )
+    files = Files(workspace, texts, max_output_chars)
+    writable = workspace.writable_names
+    note = "" if writable is None else texts.writable_note.format(paths=writable)
+
+    def read_file(path: str, offset: Offset = 0, limit: Limit | None = None) -> str | Outcome:
+        return _refusable(files.read, path, offset, limit)
+
+    def write_file(path: str, content: str) -> str | Outcome:
+        return _refusable(files.write, path, content)
+
+    def edit_file(path: str, old: str, new: str) -> str | Outcome:
+        return _refusable(files.edit, path, old, new)
+
+    def list_files(path: str = ".", pattern: str | None = None) -> str | Outcome:
+        return _refusable(files.listing, path, pattern)
+
+    def grep(pattern: str, path: str = ".", glob: str | None = None) -> str | Outcome:
+        return _refusable(files.grep, pattern, path, glob)
+
+    read_file.__doc__ = texts.read_file_doc.format(max_output_chars=max_output_chars)
+    write_file.__doc__ = texts.write_file_doc.format(writable=note)
+    edit_file.__doc__ = texts.edit_file_doc.format(writable=note)
+    list_files.__doc__ = texts.list_files_doc.format(max_output_chars=max_output_chars)
+    grep.__doc__ = texts.grep_doc.format(max_output_chars=max_output_chars)
+    registry.register(read_file, replay="idempotent")
+    registry.register(write_file, replay="never")
+    registry.register(edit_file, replay="never")
+    registry.register(list_files, replay="idempotent")
+    registry.register(grep, replay="idempotent")
+    if runner is not None:
+        shell_runner = runner  # bound for the closure, with its narrowed type
+
+        async def shell_tool(command: str) -> str | Outcome:
+            return await shell_runner(command)
+
+        shell_tool.__doc__ = texts.shell_doc.format(
+            shell=shell_runner.shell_name,
+            timeout_s=shell_timeout_s,
+            max_output_chars=max_output_chars,
+        )
+        registry.register(shell_tool, name="shell", replay="never")
+    return registry
+
+
+def _refusable(work: Callable[..., str | Outcome], *args: Any) -> str | Outcome:
+    try:
+        return work(*args)
+    except Refused as refused:
+        return refused.outcome()
+
+
+class _Shell:
+    """The ``shell`` tool: the policy, the approval, then the command."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        texts: BuiltinTexts,
+        *,
+        timeout_s: float,
+        max_chars: int,
+        policy: CommandPolicy,
+        approve: Approver | None,
+    ) -> None:
+        if not isinstance(policy, CommandPolicy):
+            raise ConfigError(
+                f"workspace_tools: command_policy must be a CommandPolicy, got {policy!r}"
+            )
+        if approve is not None and not callable(approve):
+            raise ConfigError(f"workspace_tools: approve must be callable, got {approve!r}")
+        self._cwd = str(workspace.root)
+        self._texts = texts
+        self._timeout_s = timeout_s
+        self._max_chars = max_chars
+        self._policy = policy
+        self._approve = approve
+        self._program, self.shell_name = default_shell()
+
+    async def __call__(self, command: str) -> str | Outcome:
+        t = self._texts
+        if not command.strip():
+            return Refused(t.shell_empty).outcome()
+        if "\x00" in command:
+            return Refused(t.shell_nul).outcome()
+        verdict = self._policy.decide(command)
+        refusal = await self._check(verdict, command)
+        if refusal is not None:
+            return Refused(refusal).outcome()
+        result = await run_shell(
+            command,
+            program=self._program,
+            cwd=self._cwd,
+            timeout_s=self._timeout_s,
+            max_chars=self._max_chars,
+        )
+        return self._observation(result)
+
+    async def _check(self, verdict: Verdict, command: str) -> str | None:
+        """None if the command may run, else the refusal."""
+        if verdict.decision == "allow":
+            return None
+        t = self._texts
+        rule = verdict.rule
+        if rule is None:
+            named = t.policy_default.format(decision=verdict.decision)
+            reason = ""
+        else:
+            named = t.policy_rule.format(pattern=rule.pattern, decision=rule.decision)
+            reason = f" {rule.reason}" if rule.reason else ""
+        if verdict.decision == "forbid":
+            return t.shell_forbidden.format(rule=named, reason=reason)
+        if self._approve is None:
+            return t.shell_no_approver.format(rule=named, reason=reason)
+        try:
+            approved = await _ask(self._approve, command)
+        except Exception as exc:
+            return t.shell_approval_failed.format(rule=named, error=f"{type(exc).__name__}: {exc}")
+        if approved is not True:
+            return t.shell_declined.format(rule=named, reason=reason)
+        return None
+
+    def _observation(self, result: ShellResult) -> str | Outcome:
+        t = self._texts
+        body = result.head
+        if result.omitted:
+            body += t.shell_omitted.format(omitted=result.omitted)
+        body += result.tail
+        if not body:
+            body = t.shell_no_output
+        if result.timed_out:
+            status = t.shell_timeout.format(timeout_s=self._timeout_s)
+        elif result.returncode is not None and result.returncode < 0:
+            status = t.shell_signal.format(signal=-result.returncode)
+        else:
+            status = t.shell_exit.format(code=result.returncode)
+        text = body + ("" if body.endswith("\n") else "\n") + status
+        if result.omitted:
+            return Outcome(ActionStatus.executed, text, truncated_chars=result.omitted)
+        return text
+
+
+async def _ask(approve: Approver, command: str) -> object:
+    if inspect.iscoroutinefunction(approve):
+        return await approve(command)
+    answer = await asyncio.to_thread(approve, command)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer

@@ -1,0 +1,272 @@
+"""Workspace tools: every path stays inside the root, and writes inside ``writable_paths``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from polyloop.tools import ToolEnvironment
+from polyloop.tools.builtin import workspace_tools
+from polyloop.types import Action, ActionStatus, ConfigError, Outcome, ToolContext
+
+CTX = ToolContext("run-1", 0, "op-1")
+SECRET = "TOP SECRET\n"
+
+# Each file tool, called with a path; the arguments would do harm if the path escaped.
+CALLS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "read_file": lambda p: {"path": p},
+    "write_file": lambda p: {"path": p, "content": "pwned\n"},
+    "edit_file": lambda p: {"path": p, "old": "TOP", "new": "PWNED"},
+    "list_files": lambda p: {"path": p},
+    "grep": lambda p: {"pattern": "SECRET", "path": p},
+}
+WRITES = ("write_file", "edit_file")
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    d = tmp_path / "outside"
+    d.mkdir()
+    (d / "secret.txt").write_text(SECRET)
+    return d
+
+
+@pytest.fixture
+def root(tmp_path: Path, outside: Path) -> Path:
+    r = tmp_path / "ws"
+    (r / "src").mkdir(parents=True)
+    (r / "src" / "app.py").write_text("print('hi')\n")
+    (r / "protected.txt").write_text("keep\n")
+    (r / "link").symlink_to(outside / "secret.txt")
+    (r / "linkdir").symlink_to(outside, target_is_directory=True)
+    (r / "dangling").symlink_to(outside / "new.txt")
+    (r / "alias.py").symlink_to(r / "src" / "app.py")
+    return r
+
+
+def tree(d: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(d)): p.read_text() if p.is_file() else "<dir>"
+        for p in sorted(d.rglob("*"))
+    }
+
+
+async def call(env: ToolEnvironment, tool: str, **args: Any) -> Outcome:
+    return await env.execute(Action(f"{tool}(...)", tool, args), CTX)
+
+
+def env_for(root: Path, **kw: Any) -> ToolEnvironment:
+    return ToolEnvironment(workspace_tools(root, shell=False, **kw))
+
+
+ESCAPES = [
+    pytest.param("../outside/secret.txt", "through '..'", id="dotdot"),
+    pytest.param("src/../../outside/secret.txt", "through '..'", id="dotdot-nested"),
+    pytest.param("./src/./../../outside", "through '..'", id="dotdot-dir"),
+    pytest.param("link", "symbolic link", id="symlink-file"),
+    pytest.param("linkdir/secret.txt", "symbolic link", id="symlinked-dir"),
+    pytest.param("linkdir", "symbolic link", id="symlinked-dir-itself"),
+    pytest.param("src/../linkdir/../outside/secret.txt", "symbolic link", id="dotdot-after-link"),
+    pytest.param("dangling", "symbolic link", id="dangling-symlink"),
+]
+
+
+@pytest.mark.parametrize(("path", "reason"), ESCAPES)
+async def test_paths_that_escape_the_root_are_refused_before_anything_is_touched(
+    root: Path, outside: Path, path: str, reason: str
+) -> None:
+    env = env_for(root)
+    before = tree(outside)
+    for tool, args in CALLS.items():
+        outcome = await call(env, tool, **args(path))
+        assert outcome.status is ActionStatus.not_executed, tool
+        assert outcome.synthetic
+        assert reason in outcome.observation
+        assert "outside the workspace" in outcome.observation
+        assert repr(path) in outcome.observation  # the path as the model wrote it
+        assert "TOP SECRET" not in outcome.observation
+    assert tree(outside) == before
+
+
+@pytest.mark.parametrize("path", ["{outside}/secret.txt", "{outside}", "/etc/passwd", "/"])
+async def test_absolute_paths_outside_the_root_are_refused(
+    root: Path, outside: Path, path: str
+) -> None:
+    env = env_for(root)
+    path = path.format(outside=outside)
+    before = tree(outside)
+    for tool, args in CALLS.items():
+        outcome = await call(env, tool, **args(path))
+        assert outcome.status is ActionStatus.not_executed, tool
+        assert outcome.synthetic
+        assert "absolute path" in outcome.observation
+    assert tree(outside) == before
+
+
+async def test_absolute_paths_and_dotdot_inside_the_root_are_fine(root: Path) -> None:
+    env = env_for(root)
+    for path in (str(root / "src" / "app.py"), "src/../src/app.py", "./src//app.py"):
+        outcome = await call(env, "read_file", path=path)
+        assert outcome == Outcome(ActionStatus.executed, "print('hi')\n"), path
+
+
+async def test_a_symlink_that_stays_inside_the_root_is_followed(root: Path) -> None:
+    env = env_for(root)
+    assert (await call(env, "read_file", path="alias.py")).observation == "print('hi')\n"
+    outcome = await call(env, "edit_file", path="alias.py", old="hi", new="ho")
+    assert outcome.status is ActionStatus.executed
+    assert (root / "src" / "app.py").read_text() == "print('ho')\n"
+    assert (root / "alias.py").is_symlink()
+
+
+async def test_a_root_given_through_a_symlink_is_its_real_path(tmp_path: Path, root: Path) -> None:
+    via = tmp_path / "via"
+    via.symlink_to(root, target_is_directory=True)
+    env = env_for(via)
+    outcome = await call(env, "read_file", path=str(root / "src" / "app.py"))
+    assert outcome.status is ActionStatus.executed
+    assert (await call(env, "read_file", path="link")).status is ActionStatus.not_executed
+
+
+LOOKALIKES = [
+    pytest.param("．．／．．／outside／secret.txt", id="fullwidth-dot-and-solidus"),
+    pytest.param("．．/outside/secret.txt", id="fullwidth-dots"),
+    pytest.param("․․/outside/secret.txt", id="one-dot-leader"),
+    pytest.param("..∕outside∕secret.txt", id="division-slash"),
+    pytest.param("..⁄outside⁄secret.txt", id="fraction-slash"),
+    pytest.param("%2e%2e/outside/secret.txt", id="url-encoded"),
+    pytest.param("..\\outside\\secret.txt", id="backslash"),
+]
+
+
+@pytest.mark.parametrize("path", LOOKALIKES)
+async def test_unicode_lookalikes_are_odd_names_inside_the_root(
+    root: Path, outside: Path, path: str
+) -> None:
+    env = env_for(root)
+    before = tree(outside)
+    read = await call(env, "read_file", path=path)
+    assert read.status is ActionStatus.not_executed
+    assert "there is no file or directory" in read.observation
+    assert "SECRET" not in read.observation
+
+    written = await call(env, "write_file", path=path, content="harmless\n")
+    assert written.status is ActionStatus.executed, written.observation
+    created = root / path
+    assert created.read_text() == "harmless\n"
+    assert created.resolve().is_relative_to(root)
+    assert tree(outside) == before
+    assert (outside / "secret.txt").read_text() == SECRET
+
+
+@pytest.mark.parametrize("path", ["src/app.py\x00.txt", "\x00", "../\x00"])
+async def test_nul_in_a_path_is_refused(root: Path, path: str) -> None:
+    env = env_for(root)
+    before = tree(root)
+    for tool, args in CALLS.items():
+        outcome = await call(env, tool, **args(path))
+        assert outcome.status is ActionStatus.not_executed, tool
+        assert outcome.synthetic
+        assert "contains a NUL character" in outcome.observation
+    assert tree(root) == before
+
+
+# --- writable_paths --------------------------------------------------------------------------
+
+
+async def test_writes_outside_writable_paths_are_not_executed(root: Path) -> None:
+    env = env_for(root, writable_paths=["src"])
+    ok = await call(env, "write_file", path="src/pkg/new.py", content="x = 1\n")
+    assert ok.status is ActionStatus.executed
+    assert (root / "src" / "pkg" / "new.py").read_text() == "x = 1\n"
+
+    for tool, args in [
+        ("write_file", {"path": "docs/new.md", "content": "x"}),
+        ("write_file", {"path": "protected.txt", "content": "x"}),
+        ("write_file", {"path": "srcx/a.py", "content": "x"}),
+        ("edit_file", {"path": "protected.txt", "old": "keep", "new": "lost"}),
+    ]:
+        before = tree(root)
+        outcome = await call(env, tool, **args)
+        assert outcome.status is ActionStatus.not_executed, args
+        assert outcome.synthetic
+        assert outcome.observation == (
+            f"Error: writing to {args['path']!r} is not allowed; nothing was done. Only these "
+            "paths may be written: src. Keep your changes inside them."
+        )
+        assert tree(root) == before
+    # reads are not narrowed
+    assert (await call(env, "read_file", path="protected.txt")).observation == "keep\n"
+
+
+async def test_writable_globs_match_segment_by_segment(root: Path) -> None:
+    env = env_for(root, writable_paths=["**/*.md", "src/*.py"])
+    allowed = ["a.md", "docs/deep/b.md", "src/c.py"]
+    refused = ["docs/b.txt", "src/pkg/d.py", "src/c.pyc"]
+    for path in allowed:
+        outcome = await call(env, "write_file", path=path, content="x")
+        assert outcome.status is ActionStatus.executed, path
+    for path in refused:
+        outcome = await call(env, "write_file", path=path, content="x")
+        assert outcome.status is ActionStatus.not_executed, path
+        assert not (root / path).exists()
+
+
+async def test_a_symlink_in_a_writable_dir_cannot_lead_a_write_elsewhere(root: Path) -> None:
+    (root / "src" / "sneaky").symlink_to(root / "protected.txt")
+    env = env_for(root, writable_paths=["src"])
+    outcome = await call(env, "write_file", path="src/sneaky", content="overwritten")
+    assert outcome.status is ActionStatus.not_executed
+    outcome = await call(env, "edit_file", path="src/sneaky", old="keep", new="lost")
+    assert outcome.status is ActionStatus.not_executed
+    assert (root / "protected.txt").read_text() == "keep\n"
+
+
+async def test_empty_writable_paths_make_the_workspace_read_only(root: Path) -> None:
+    env = env_for(root, writable_paths=[])
+    outcome = await call(env, "write_file", path="src/app.py", content="")
+    assert outcome.status is ActionStatus.not_executed
+    assert "none (the workspace is read-only)" in outcome.observation
+    assert (root / "src" / "app.py").read_text() == "print('hi')\n"
+
+
+def test_writable_paths_are_named_in_the_write_tools_descriptions(root: Path) -> None:
+    registry = workspace_tools(root, writable_paths=["src", "tests/*.py"], shell=False)
+    for name in WRITES:
+        tool = registry.get(name)
+        assert tool is not None
+        assert tool.description.endswith(" Only these paths may be written: src, tests/*.py.")
+    read = registry.get("read_file")
+    assert read is not None
+    assert "Only these paths" not in read.description
+
+
+def test_absolute_writable_paths_inside_the_root_are_accepted(root: Path) -> None:
+    workspace_tools(root, writable_paths=[root / "src", str(root / "docs" / "*.md")])
+
+
+@pytest.mark.parametrize(
+    "writable",
+    [["../outside"], ["/etc"], ["src/../../x"], ["../*.py"], ["linkdir"], [""], ["a\x00b"]],
+)
+def test_writable_paths_outside_the_root_are_a_config_error(
+    root: Path, writable: list[str]
+) -> None:
+    with pytest.raises(ConfigError, match="writable_paths entry"):
+        workspace_tools(root, writable_paths=writable)
+
+
+def test_a_single_string_for_writable_paths_is_a_config_error(root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"writable_paths=\[\.\.\.\]"):
+        workspace_tools(root, writable_paths="src")
+
+
+def test_a_missing_root_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not an existing directory"):
+        workspace_tools(tmp_path / "nope")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="not an existing directory"):
+        workspace_tools(tmp_path / "file")
