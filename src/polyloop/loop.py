@@ -16,10 +16,12 @@ from .tools import ToolEnvironment, ToolRegistry
 from .types import (
     DEFAULT_TEMPLATES,
     ConfigError,
+    GuardCheck,
     Limits,
     Message,
     Observer,
     RetryPolicy,
+    RunEndGuard,
     RunResult,
     Templates,
 )
@@ -57,6 +59,8 @@ class Loop:
         lease_ttl_s: the lease duration (renewed every third of it).
         templates: the model-visible wording of the default adapters (version stored per run).
         clock: time source for timings and backoff (``polyloop.testing.FakeClock`` in tests).
+        guards: run-end guards, checked in order when the model gives a final answer; a plain
+            function becomes ``RunEndGuard(fn)`` (named after it, at most 2 steers).
 
     Raises:
         TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
@@ -82,6 +86,7 @@ class Loop:
         lease_ttl_s: float = 30.0,
         templates: Templates = DEFAULT_TEMPLATES,
         clock: Clock | None = None,
+        guards: Sequence[RunEndGuard | GuardCheck] = (),
     ) -> None:
         if tools is not None and environment is not None:
             raise TypeError(
@@ -114,6 +119,7 @@ class Loop:
                 lease_ttl_s=lease_ttl_s,
                 clock=clock or SystemClock(),
                 wording_version=templates.version,
+                guards=_guards(guards),
             )
         )
 
@@ -188,3 +194,15 @@ class Loop:
     def resume_sync(self, run_id: str, *, limits: Limits | None = None) -> RunResult:
         """:meth:`resume` for scripts (runs its own event loop)."""
         return asyncio.run(self.resume(run_id, limits=limits))
+
+
+def _guards(guards: Sequence[RunEndGuard | GuardCheck]) -> tuple[RunEndGuard, ...]:
+    out = tuple(g if isinstance(g, RunEndGuard) else RunEndGuard(g) for g in guards)
+    names = [g.name for g in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(
+            f"run-end guards need distinct names (their steer counts are "
+            f"journaled by name); duplicated: {dupes}"
+        )
+    return out

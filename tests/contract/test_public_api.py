@@ -47,7 +47,12 @@ def test_all_is_pinned() -> None:
         PUBLIC
         | {
             "DEFAULT_TEMPLATES",
+            "Complete",
             "ConfigError",
+            "EscalationReport",
+            "GuardContext",
+            "RunEndGuard",
+            "Steer",
             "Failure",
             "JournalError",
             "LeaseLost",

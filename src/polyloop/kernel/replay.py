@@ -16,6 +16,8 @@ from ..types import (
     ActionIntent,
     ActionResult,
     ActionStatus,
+    FailureSeen,
+    GuardVerdict,
     JournalError,
     Limits,
     LimitsChanged,
@@ -61,6 +63,19 @@ class Replayed:
     usage: Usage | None = None
     end: RunEnd | None = None
     interrupted: Interrupted | None = None
+    steer_counts: dict[str, int] = field(default_factory=dict)
+    """Steers per run-end guard, by guard name."""
+    ledger: list[FailureSeen] = field(default_factory=list)
+    """The failure ledger, in order."""
+    failure_counts: dict[str, int] = field(default_factory=dict)
+    """Times each fingerprint was seen."""
+
+    def note_failure(self, seen: FailureSeen) -> int:
+        """Add a ledger entry; returns how often its fingerprint has now been seen."""
+        self.ledger.append(seen)
+        n = self.failure_counts.get(seen.fingerprint, 0) + 1
+        self.failure_counts[seen.fingerprint] = n
+        return n
 
 
 def _out_of_order(run_id: str, seq: int, why: str) -> JournalError:
@@ -141,6 +156,11 @@ def replay(
                 st.end = rec
             case LimitsChanged(new):
                 st.limits = new
+            case GuardVerdict():
+                if rec.steer:
+                    st.steer_counts[rec.guard] = st.steer_counts.get(rec.guard, 0) + 1
+            case FailureSeen():
+                st.note_failure(rec)
     st.interrupted = cur
     return st
 

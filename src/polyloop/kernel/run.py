@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import random
@@ -29,11 +30,16 @@ from ..types import (
     ActionResult,
     ActionStarted,
     ActionStatus,
+    Complete,
     EnvironmentFailure,
     ErrorInfo,
+    EscalationReport,
     Event,
     Failure,
+    FailureSeen,
     FinalAnswer,
+    GuardContext,
+    GuardVerdict,
     InvalidDecision,
     Lease,
     LeaseLost,
@@ -56,9 +62,11 @@ from ..types import (
     RunDetached,
     RunEnd,
     RunEnded,
+    RunEndGuard,
     RunResult,
     RunSpec,
     RunStarted,
+    Steer,
     StepAppended,
     StepRecord,
     StepWritten,
@@ -70,6 +78,7 @@ from ..types import (
 )
 from . import _eager, stopping
 from .replay import Interrupted, Replayed
+from .report import build_report
 from .steps import (
     action_step,
     final_answer_step,
@@ -103,6 +112,7 @@ class KernelConfig:
     lease_ttl_s: float
     clock: Clock
     wording_version: str
+    guards: tuple[RunEndGuard, ...] = ()
     end_write_timeout_s: float = 10.0
 
 
@@ -341,11 +351,22 @@ class RunDriver:
             await self._append_step((), step, reply, 0)
             return None
         st.consecutive_invalid = 0  # any valid decision resets the counter
-        if isinstance(decision, FinalAnswer):  # E
+        if isinstance(decision, FinalAnswer):  # E: run-end guards may steer
+            verdicts, steer = await self._check_guards(step_idx, decision.text)
             wall = (clock.monotonic() - t0) * 1000
+            if steer is not None:
+                step = final_answer_step(
+                    step_idx, reply, call_id, prompt_chars, wall, steer_feedback=steer.feedback
+                )
+                await self._append_step(verdicts, step, reply, 0)
+                return None
             step = final_answer_step(step_idx, reply, call_id, prompt_chars, wall)
             return await self._end(
-                stopping.FINAL_ANSWER, final_answer=decision.text, step=step, reply=reply
+                stopping.FINAL_ANSWER,
+                final_answer=decision.text,
+                records=verdicts,
+                step=step,
+                reply=reply,
             )
         if not isinstance(decision, Action):
             raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
@@ -359,6 +380,33 @@ class RunDriver:
         self._intent_written = sc
         await self._write((intent,))
         return await self._act(sc)
+
+    async def _check_guards(
+        self, step_idx: int, answer: str
+    ) -> tuple[tuple[Record, ...], GuardVerdict | None]:
+        """Ask the run-end guards in order; the first steer wins. Guards at their own steer
+        limit are skipped. Returns the verdict records (written with the step) and the steer."""
+        st = self.state
+        records: list[Record] = []
+        for guard in self.cfg.guards:
+            steers = st.steer_counts.get(guard.name, 0)
+            if steers >= guard.max_steers:
+                continue
+            ctx = GuardContext(self.run_id, self.spec.goal, tuple(st.steps), answer, steers)
+            verdict = guard.check(ctx)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if isinstance(verdict, Steer):
+                record = GuardVerdict(step_idx, guard.name, True, verdict.feedback)
+                st.steer_counts[guard.name] = steers + 1
+                records.append(record)
+                return tuple(records), record
+            if not isinstance(verdict, Complete):
+                raise TypeError(
+                    f"run-end guard {guard.name!r} returned {verdict!r}, not Complete or Steer"
+                )
+            records.append(GuardVerdict(step_idx, guard.name, False))
+        return tuple(records), None
 
     async def _act(self, sc: _StepCtx) -> RunResult | None:
         await self._keep_lease_margin()
@@ -431,10 +479,27 @@ class RunDriver:
                 )
             )
         reason = stopping.after_action(outcome)
+        report = None
+        if reason is None and outcome.failure is not None and st.limits.same_failure_limit:
+            seen = FailureSeen(
+                sc.step_idx, outcome.failure.fingerprint(), outcome.failure, intent.action.text
+            )
+            records = (*records, seen)
+            reason = stopping.failure_repeated(st.limits, st.note_failure(seen))
+            if reason is not None:
+                report = build_report(
+                    self.run_id, (*st.steps, step), st.ledger, st.limits.same_failure_limit
+                )
         if reason is not None:
             detail = _env_detail(outcome) if reason is StopReason.env_error else None
             return await self._end(
-                reason, detail, records=records, step=step, reply=sc.reply, cut=cut
+                reason,
+                detail,
+                records=records,
+                step=step,
+                reply=sc.reply,
+                cut=cut,
+                report=report,
             )
         await self._append_step(records, step, sc.reply, cut)
         return None
@@ -480,6 +545,7 @@ class RunDriver:
         reply: ModelReply | None = None,
         cut: int = 0,
         pending: PendingAction | None = None,
+        report: EscalationReport | None = None,
     ) -> RunResult:
         """Write the end record, in one transaction with the step that ends the run."""
         st = self.state
@@ -494,6 +560,7 @@ class RunDriver:
             st.actions_executed,
             self.cfg.clock.time(),
             pending,
+            report,
         )
         await self._write((*records, end))
         st.end = end
@@ -649,5 +716,6 @@ def build_result(spec: RunSpec, st: Replayed, context: Context | None) -> RunRes
         ended_at=end.ended_at,
         pending_action=end.pending_action,
         usage=st.usage,
+        report=end.report,
         messages=tuple(context.messages()) if context is not None else (),
     )

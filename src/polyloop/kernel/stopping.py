@@ -9,7 +9,8 @@ Each iteration asks, in this order:
 * D. :func:`after_invalid` — this branch skips the completion check.
 * E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`).
 * F/G. :func:`after_action` — ``env_error`` first, then completion; ``not_executed`` never
-  completes, and ``completed=False`` forever is normal.
+  completes, and ``completed=False`` forever is normal; then :func:`failure_repeated`, the
+  failure guard, so a completed run is never stopped by it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "after_action",
     "after_invalid",
     "context_overflows",
+    "failure_repeated",
 ]
 
 MODEL_FAILED = StopReason.llm_error
@@ -58,4 +60,11 @@ def after_action(outcome: Outcome) -> StopReason | None:
         return StopReason.env_error
     if outcome.status is ActionStatus.executed and (outcome.completed or outcome.marker):
         return StopReason.task_completed
+    return None
+
+
+def failure_repeated(limits: Limits, times_seen: int) -> StopReason | None:
+    """G, after the completion check: one fingerprint seen ``same_failure_limit`` times."""
+    if limits.same_failure_limit is not None and times_seen >= limits.same_failure_limit:
+        return StopReason.repeated_failure
     return None

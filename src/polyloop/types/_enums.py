@@ -47,6 +47,9 @@ class StopReason(enum.StrEnum):
     """External cancellation (only in the journal and in results rebuilt by ``resume``)."""
     resume_state_unknown = "resume_state_unknown"
     """Resume found an action intent without a result that may not be replayed."""
+    repeated_failure = "repeated_failure"
+    """(v1.1, appended) One failure fingerprint was seen ``Limits.same_failure_limit`` times:
+    the loop is going in circles; ``RunResult.report`` says how, for a human to decide."""
 
 
 class ActionStatus(enum.StrEnum):

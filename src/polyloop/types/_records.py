@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import JournalError
+from ._guards import EscalationReport, FailureSeen, GuardVerdict
 from ._step import StepRecord
 from ._values import (
     Action,
@@ -177,6 +178,7 @@ class RunEnd:
     actions_executed: int
     ended_at: float
     pending_action: PendingAction | None = None
+    report: EscalationReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +199,8 @@ Record: TypeAlias = (
     | StepWritten
     | RunEnd
     | LimitsChanged
+    | GuardVerdict
+    | FailureSeen
 )
 
 
@@ -249,6 +253,8 @@ class RunResult:
     """The unresolved action of a ``resume_state_unknown`` run."""
     usage: Usage | None = None
     """Token totals over all model calls whose provider reported usage; None if none did."""
+    report: EscalationReport | None = None
+    """Why a ``repeated_failure`` run was stopped (``to_markdown()``/``to_json()``)."""
     messages: tuple[Message, ...] = field(default=(), repr=False)
     """The conversation as the model last saw it (plus the final reply), for the next phase."""
 
@@ -417,9 +423,30 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "actions_executed": record.actions_executed,
                 "ended_at": record.ended_at,
                 "pending_action": _pending_to(record.pending_action),
+                "report": None if record.report is None else record.report.to_dict(),
             }
         case LimitsChanged(limits):
             body = {"limits": limits.to_dict()}
+        case GuardVerdict():
+            body = {
+                "step_idx": record.step_idx,
+                "guard": record.guard,
+                "steer": record.steer,
+                "feedback": record.feedback,
+            }
+        case FailureSeen():
+            f = record.failure
+            body = {
+                "step_idx": record.step_idx,
+                "fingerprint": record.fingerprint,
+                "failure": {
+                    "check": f.check,
+                    "error_type": f.error_type,
+                    "top_frame": f.top_frame,
+                    "message": f.message,
+                },
+                "action": record.action,
+            }
     body["kind"] = record.kind
     return body
 
@@ -477,6 +504,13 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["actions_executed"],
                 d["ended_at"],
                 _pending_from(d.get("pending_action")),
+                None if d.get("report") is None else EscalationReport.from_dict(d["report"]),
+            )
+        if kind == "guard_verdict":
+            return GuardVerdict(d["step_idx"], d["guard"], d["steer"], d.get("feedback"))
+        if kind == "failure_seen":
+            return FailureSeen(
+                d["step_idx"], d["fingerprint"], Failure(**d["failure"]), d.get("action")
             )
         if kind == "limits":
             return LimitsChanged(Limits.from_dict(d["limits"]))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -181,6 +183,45 @@ class Failure:
     message: str | None = None
     """The key assertion or message."""
 
+    def fingerprint(self) -> str:
+        """A short stable hash of the four fields only, after normalising away what changes
+        between two runs of the same failure: timings, memory addresses, temporary paths and
+        random ids. Equal failures give equal fingerprints; a different failing check, error
+        type, top frame or message gives a different one."""
+        parts = [
+            _normalise(x or "") for x in (self.check, self.error_type, self.top_frame, self.message)
+        ]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+_VOLATILE = [
+    # Temporary paths: /tmp/..., pytest's basetemp, macOS /var/folders and /private/var.
+    (
+        re.compile(
+            r"(/private)?/var/folders/[^\s:'\"]+|/tmp/[^\s:'\"]+|"
+            r"pytest-of-[^\s/]+/pytest-\d+[^\s:'\"]*"
+        ),
+        "<tmp>",
+    ),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x?"),  # memory addresses
+    (
+        re.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+            r"[0-9a-fA-F]{12}\b"
+        ),
+        "<id>",
+    ),  # uuids
+    (re.compile(r"\b[0-9a-fA-F]{16,}\b"), "<id>"),  # long hex ids and hashes
+    (re.compile(r"\b\d+(\.\d+)?\s?(ms|us|µs|ns|s|sec|secs|seconds)\b"), "<t>"),  # timings
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?\S*"), "<when>"),
+]
+
+
+def _normalise(text: str) -> str:
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return " ".join(text.split())
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -258,7 +299,8 @@ class Limits:
     max_observation_chars: int | None = None
     """Characters of an observation the model sees; the step keeps the full text."""
     same_failure_limit: int | None = None
-    """Reserved for the failure guard (kernel.md §10); not yet enforced."""
+    """Stop ``repeated_failure`` when one failure fingerprint has been seen this many times
+    (kernel.md §10); None (the default) turns the failure guard off. 2 is a good start."""
 
     def __post_init__(self) -> None:
         _check_limit("max_steps", self.max_steps, optional=False)
