@@ -444,26 +444,27 @@ class RunDriver:
         return outcome
 
     # -- G: settle the action -----------------------------------------------------------------
-    async def _settle(
-        self, sc: _StepCtx, outcome: Outcome, latency_ms: float, *, result_durable: bool = False
-    ) -> RunResult | None:
+    def _action_step(self, sc: _StepCtx, outcome: Outcome) -> tuple[StepRecord, int]:
+        """The step of an action whose outcome arrived (counting it if executed), and
+        PolyLoop's cut of its observation."""
         st = self.state
         if outcome.status is ActionStatus.executed:
             st.actions_executed += 1
         cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
         wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
-        intent = sc.intent
+        i = sc.intent
         step = action_step(
-            sc.step_idx,
-            sc.reply,
-            sc.llm_call_id,
-            intent.action,
-            intent.args_json,
-            outcome,
-            cut,
-            sc.prompt_chars,
-            wall,
-        )
+            sc.step_idx, sc.reply, sc.llm_call_id, i.action, i.args_json, outcome, cut,
+            sc.prompt_chars, wall,
+        )  # fmt: skip
+        return step, cut
+
+    async def _settle(
+        self, sc: _StepCtx, outcome: Outcome, latency_ms: float, *, result_durable: bool = False
+    ) -> RunResult | None:
+        st = self.state
+        intent = sc.intent
+        step, cut = self._action_step(sc, outcome)
         records: tuple[Record, ...] = ()
         if not result_durable:
             records = (ActionResult(sc.step_idx, intent.op_id, outcome, latency_ms),)
@@ -597,21 +598,7 @@ class RunDriver:
             outcome = await self._grace() if self._in_flight is not None else None
             intent = sc.intent
             if outcome is not None:
-                if outcome.status is ActionStatus.executed:
-                    st.actions_executed += 1
-                cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
-                wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
-                step = action_step(
-                    sc.step_idx,
-                    sc.reply,
-                    sc.llm_call_id,
-                    intent.action,
-                    intent.args_json,
-                    outcome,
-                    cut,
-                    sc.prompt_chars,
-                    wall,
-                )
+                step, cut = self._action_step(sc, outcome)
                 self._add_to_context(step, sc.reply, cut)
                 records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0), StepWritten(step))
             else:
