@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from polyloop import RunResult, StepRecord
+from polyloop import EscalationReport, RunResult, StepRecord
 from polyloop.events import ActionStarted, Event, RunEnded, StepAppended
 
 console = Console(highlight=False, soft_wrap=False)
@@ -127,12 +127,13 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
         print(f"answer: {run['final_answer']}")
 
 
-def show_json(run: dict[str, Any], steps: list[StepRecord]) -> None:
-    print(
-        json.dumps(
-            {"run": run, "steps": [s.to_dict() for s in steps]}, ensure_ascii=False, indent=2
-        )
-    )
+def show_json(
+    run: dict[str, Any], steps: list[StepRecord], report: EscalationReport | None = None
+) -> None:
+    out = {"run": run, "steps": [s.to_dict() for s in steps]}
+    if report is not None:
+        out["report"] = report.to_dict()
+    print(json.dumps(out, ensure_ascii=False, indent=2))
 
 
 def stats(rows: list[dict[str, Any]]) -> None:

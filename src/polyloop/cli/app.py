@@ -26,7 +26,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from polyloop import PolyLoopError, RunDetached, RunResult
+from polyloop import EscalationReport, PolyLoopError, RunDetached, RunResult
+from polyloop.types import RunEnd
 
 from . import _render
 from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, build_loop, open_journal, run_config
@@ -81,6 +82,8 @@ def _call(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a library call; library errors become one line on stderr and exit code 1."""
     try:
         return asyncio.run(fn())
+    except RunDetached:
+        raise  # not an error: _drive prints the resume command and exits 130
     except (BadInput, PolyLoopError, OSError) as exc:
         raise _fail(str(exc)) from None
 
@@ -171,7 +174,7 @@ def _drive(
     printer = _render.Progress()
 
     async def go() -> RunResult:
-        async with open_journal(journal_path) as journal:
+        async with open_journal(journal_path, must_exist=config is None) as journal:
             loop, cfg, limits = await build_loop(
                 journal, config, run_id, printer, max_steps=max_steps
             )
@@ -238,7 +241,10 @@ def runs(
         async with open_journal(journal, must_exist=True) as j:
             return await j.journal.list_runs()
 
-    rows = _render.filter_runs(_call(go), stop_reason=stop_reason, since=since)
+    try:
+        rows = _render.filter_runs(_call(go), stop_reason=stop_reason, since=since)
+    except BadInput as exc:
+        raise _fail(str(exc)) from None
     _render.runs_table(rows)
 
 
@@ -253,18 +259,23 @@ def show(
     Example: polyloop show 3f2a… --json
     """
 
-    async def go() -> tuple[dict[str, Any], list[Any]]:
+    async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None]:
         async with open_journal(journal, must_exist=True) as j:
             rows = [r for r in await j.journal.list_runs() if r["run_id"] == run_id]
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.path}")
-            return rows[0], await j.journal.steps(run_id)
+            _, records = await j.journal.read(run_id)
+            end = records[-1] if records and isinstance(records[-1], RunEnd) else None
+            return rows[0], await j.journal.steps(run_id), end.report if end else None
 
-    run_row, steps = _call(go)
+    run_row, steps, report = _call(go)
     if as_json:
-        _render.show_json(run_row, steps)
+        _render.show_json(run_row, steps, report)
     else:
         _render.show_table(run_row, steps)
+        if report is not None:
+            print()
+            print(report.to_markdown())
 
 
 @app.command()
@@ -313,5 +324,81 @@ def export(
     rows = _call(go)
     try:
         _render.write_export(rows, fmt, output)
-    except BadInput as exc:
+    except (BadInput, OSError) as exc:
         raise _fail(str(exc)) from None
+
+
+@app.command()
+def view(
+    journal: JournalOpt = None,
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on (0: any free one).")
+    ] = 8765,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (keep 127.0.0.1: runs hold content).")
+    ] = "127.0.0.1",
+) -> None:
+    """Browse the journal's runs in a local web viewer: runs list, step timelines, stats.
+
+    Example: polyloop view --journal polyloop.db --port 8765
+    """
+    from ._setup import journal_path
+    from .view import serve
+
+    if not 0 <= port <= 65535:
+        raise _fail(f"--port takes 0 to 65535, got {port}")
+    path = journal_path(journal)
+    if not path.is_file():
+        raise _fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+    try:
+        server = serve(path, host=host, port=port)
+    except (PolyLoopError, OSError) as exc:
+        raise _fail(f"cannot serve {path} on {host}:{port}: {exc}") from None
+    print(f"viewing {path} at {server.url}  (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="The run to write up.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="HTML file to write (default: RUN_ID.html)."),
+    ] = None,
+    journal: JournalOpt = None,
+    include_content: Annotated[
+        bool,
+        typer.Option(
+            "--include-content",
+            help="Include prompts, model text, arguments and observations (scrubbed of keys, "
+            "tokens and emails). Default: lengths and hashes only.",
+        ),
+    ] = False,
+) -> None:
+    """Write one run as a self-contained HTML file to share (content withheld by default).
+
+    Example: polyloop report 3f2a… -o run.html
+    """
+    from polyloop import RunNotFound
+
+    from .view import build_report
+
+    async def go() -> str:
+        async with open_journal(journal, must_exist=True) as j:
+            try:
+                return await build_report(j.journal, run_id, include_content=include_content)
+            except RunNotFound:
+                raise BadInput(f"no run {run_id!r} in {j.path}") from None
+
+    html = _call(go)
+    target = output if output is not None else Path(f"{run_id}.html")
+    try:
+        target.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write {target}: {exc}") from None
+    print(f"wrote {target} ({len(html) // 1024} KiB)", file=sys.stderr)

@@ -1,0 +1,512 @@
+"""End-to-end: the ``polyloop`` command as a subprocess, against a fake OpenAI-compatible server.
+
+Every command runs as ``python -m polyloop.cli ...`` in a temporary directory, with an
+environment that holds no ``OPENAI_*`` / ``POLYLOOP_*`` variables, and is judged by its output
+and exit code only. The model is the real ``openai`` SDK talking to
+:class:`tests.fakes.openai_server.FakeOpenAIServer` on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from polyloop import StepRecord
+from polyloop.journal import SQLiteJournal
+from tests.fakes.openai_server import (
+    FakeOpenAIServer,
+    Received,
+    Reply,
+    completion,
+    hang,
+    tool_call,
+    unauthorized,
+)
+
+pytest.importorskip("typer")
+pytest.importorskip("rich")
+pytest.importorskip("openai")
+
+SECRET = "the-launch-code-is-7731"
+TIMEOUT_S = 60
+
+
+# --- running the command ---------------------------------------------------------------------
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "POLYLOOP_")) and k not in ("COLUMNS", "LINES")
+    }
+    env["TMPDIR"] = str(tmp_path)  # the demo's mkdtemp lands here, and is cleaned up with it
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclasses.dataclass
+class Done:
+    code: int
+    out: str
+    err: str
+
+    def __str__(self) -> str:
+        return f"exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
+
+
+class CLI:
+    """Runs ``polyloop`` in ``cwd`` with a clean environment."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.env = clean_env(cwd)
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        return [sys.executable, "-m", "polyloop.cli", *args]
+
+    def __call__(self, *args: str) -> Done:
+        proc = subprocess.run(
+            self.argv(args),
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        return Done(proc.returncode, proc.stdout, proc.stderr)
+
+    def many(self, *commands: Sequence[str]) -> list[Done]:
+        """Run independent commands side by side (read-only ones: inspection, bad input)."""
+        procs = [
+            subprocess.Popen(
+                self.argv(args),
+                cwd=self.cwd,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for args in commands
+        ]
+        done = []
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT_S)
+            done.append(Done(p.returncode, out, err))
+        return done
+
+
+class Live:
+    """A ``polyloop`` process in the background; its output goes to files we can poll."""
+
+    def __init__(self, cli: CLI, *args: str) -> None:
+        self.out_path = cli.cwd / f"live-{id(self)}.out"
+        self.err_path = cli.cwd / f"live-{id(self)}.err"
+        with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                cli.argv(args), cwd=cli.cwd, env=cli.env, stdout=out, stderr=err
+            )
+
+    def out(self) -> str:
+        return self.out_path.read_text(encoding="utf-8")
+
+    def wait_for(self, pattern: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.out(), re.MULTILINE):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no {pattern!r} in the output (exit {self.proc.returncode}):\n{self.out()}\n"
+                    + self.err_path.read_text(encoding="utf-8")
+                )
+            time.sleep(0.02)
+
+    def interrupt(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+
+    def finish(self) -> Done:
+        code = self.proc.wait(timeout=TIMEOUT_S)
+        return Done(code, self.out(), self.err_path.read_text(encoding="utf-8"))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- the fake server -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Delayed(Reply):
+    """A reply sent only after ``delay_s`` (a slow model call)."""
+
+    delay_s: float = 0.0
+
+
+class SlowableServer(FakeOpenAIServer):
+    """FakeOpenAIServer that also serves :class:`Delayed` replies (held in the handler
+    thread; stopping the server cuts the wait short)."""
+
+    def _take(self, received: Received) -> Reply:
+        reply = super()._take(received)
+        if isinstance(reply, Delayed):
+            self._stopping.wait(reply.delay_s)
+        return reply
+
+
+def slow(reply: Reply, delay_s: float) -> Delayed:
+    return Delayed(reply.status, reply.body, reply.headers, reply.mode, delay_s)
+
+
+def read_call(path: str = "notes.txt", n: int = 1) -> Reply:
+    return completion(
+        tool_calls=[tool_call("read_file", json.dumps({"path": path}), id=f"call_{n}")],
+        id=f"chatcmpl-{n}",
+    )
+
+
+@pytest.fixture
+def fake() -> Iterator[SlowableServer]:
+    server = SlowableServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> CLI:
+    return CLI(tmp_path)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text(f"{SECRET}\n", encoding="utf-8")
+    return ws
+
+
+@pytest.fixture
+def live() -> Iterator[list[Live]]:
+    """Background processes started by a test; killed if the test leaves one running."""
+    started: list[Live] = []
+    yield started
+    for proc in started:
+        proc.kill()
+
+
+def run_args(
+    fake: FakeOpenAIServer, workspace: Path, *extra: str, journal: str = "j.db"
+) -> tuple[str, ...]:
+    """``polyloop run`` against the fake server, with the files tools only."""
+    model = ("--model", "openai:test-model", "--base-url", fake.url)
+    where = ("--workspace", str(workspace), "--journal", journal, "--tools", "files")
+    return ("run", "read notes", *model, *where, *extra)
+
+
+def run_id_of(out: str) -> str:
+    match = re.search(r"^run (\S+)  model ", out, re.MULTILINE)
+    assert match, out
+    return match.group(1)
+
+
+def runs_rows(out: str) -> dict[str, dict[str, str]]:
+    """``polyloop runs`` plain output (not a TTY): a title, a header, tab-separated rows."""
+    lines = out.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if line.startswith("run_id\t"))
+    cols = lines[header_at].split("\t")
+    rows = [dict(zip(cols, line.split("\t"), strict=True)) for line in lines[header_at + 1 :]]
+    return {r["run_id"]: r for r in rows}
+
+
+async def empty_journal(path: Path) -> None:
+    journal = SQLiteJournal(path)
+    try:
+        assert await journal.list_runs() == []
+    finally:
+        await journal.aclose()
+
+
+def assert_one_line_error(done: Done) -> None:
+    assert done.code == 1, done
+    assert "Traceback" not in done.err, done
+    assert "Traceback" not in done.out, done
+    lines = done.err.strip().splitlines()
+    assert len(lines) == 1, done
+    assert lines[0].startswith("polyloop: "), done
+
+
+# --- the demo --------------------------------------------------------------------------------
+
+
+def test_demo_runs_both_scenes_and_its_inspect_commands_work(cli: CLI, tmp_path: Path) -> None:
+    done = cli("demo")
+    assert done.code == 0, done
+    assert "Traceback" not in done.err, done
+    out = done.out
+    assert "Scene 1" in out and "Scene 2" in out, out
+    assert out.count("-> task_completed") >= 2, out  # scene 1, and scene 2 once resumed
+    assert re.search(r"child pid \d+ killed while its test run was in flight", out), out
+    assert "action intent for step 2" in out, out
+    assert "Look inside:" in out, out
+
+    runs_cmd = re.search(r"^\s+polyloop (runs --journal \S+)$", out, re.MULTILINE)
+    show_cmd = re.search(r"^\s+polyloop (show (\S+) --journal (\S+))$", out, re.MULTILINE)
+    assert runs_cmd and show_cmd, out
+    run_id, journal = show_cmd.group(2), Path(show_cmd.group(3))
+    assert journal.is_relative_to(tmp_path) and journal.is_file(), journal
+    assert "sqlite3 " in out and "SELECT stop_reason, count(*) FROM runs" in out, out
+
+    crashed = re.search(r"^  run (demo-crash-\d+): task_completed$", out, re.MULTILINE)
+    assert crashed, out
+
+    listed, shown = cli.many(shlex.split(runs_cmd.group(1)), shlex.split(show_cmd.group(1)))
+    assert listed.code == 0, listed
+    rows = runs_rows(listed.out)
+    assert rows[run_id]["stop_reason"] == "task_completed", listed
+    assert rows[crashed.group(1)]["stop_reason"] == "task_completed", listed  # resumed
+    assert {r["status"] for r in rows.values()} == {"ended"}, listed
+
+    assert shown.code == 0, shown
+    assert f"run {run_id}  ended  task_completed" in shown.out, shown
+    for tool in ("list_files", "read_file", "run_tests", "edit_file", "submit"):
+        assert tool in shown.out, shown
+
+
+# --- a run against the fake server, then every inspection command ----------------------------
+
+
+def test_run_against_fake_server_then_inspect(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    fake.script(read_call(), completion(f"The note says {SECRET}.", id="chatcmpl-2"))
+    done = cli(*run_args(fake, workspace))
+    assert done.code == 0, done
+    run_id = run_id_of(done.out)
+    assert re.search(r"^step +0  read_file\(.*executed", done.out, re.MULTILINE), done
+    assert "stopped: agent_finished" in done.out, done
+    assert f"run {run_id}: agent_finished after 2 steps, 1 actions" in done.out, done
+    assert "journal j.db" in done.out, done
+    assert done.err == "", done
+
+    # what the model was sent: the tools, one tool call per turn, the tool's result
+    assert len(fake.requests) == 2
+    for req in fake.requests:
+        assert req.path == "/v1/chat/completions"
+        assert req.body["model"] == "test-model"
+        assert req.body["parallel_tool_calls"] is False
+        names = {t["function"]["name"] for t in req.body["tools"]}
+        assert {"read_file", "write_file", "edit_file", "list_files", "grep"} <= names
+        assert "shell" not in names  # --tools files
+    tool_msgs = [m for m in fake.requests[1].body["messages"] if m["role"] == "tool"]
+    assert tool_msgs == [{"role": "tool", "tool_call_id": "call_1", "content": f"{SECRET}\n"}]
+
+    j = ("--journal", "j.db")
+    finished, budget, table, as_json, stats, export, redacted = cli.many(
+        ("runs", *j, "--stop-reason", "agent_finished"),
+        ("runs", *j, "--stop-reason", "step_budget"),
+        ("show", run_id, *j),
+        ("show", run_id, *j, "--json"),
+        ("stats", *j),
+        ("export", *j, "--format", "jsonl"),
+        ("export", *j, "--format", "jsonl", "--redact"),
+    )
+    for d in (finished, budget, table, as_json, stats, export, redacted):
+        assert d.code == 0, d
+        assert "Traceback" not in d.err, d
+
+    assert list(runs_rows(finished.out)) == [run_id], finished
+    row = runs_rows(finished.out)[run_id]
+    assert (row["status"], row["stop_reason"], row["steps"], row["actions"]) == (
+        "ended",
+        "agent_finished",
+        "2",
+        "1",
+    )
+    assert row["goal"] == "read notes"
+    assert runs_rows(budget.out) == {}, budget
+
+    assert f"run {run_id}  ended  agent_finished" in table.out, table
+    assert re.search(r"^0\tread_file\(.*\texecuted\t" + SECRET, table.out, re.MULTILINE), table
+    assert re.search(r"^1\t\(final answer\)\t", table.out, re.MULTILINE), table
+    assert f"answer: The note says {SECRET}." in table.out, table
+
+    data = json.loads(as_json.out)
+    assert data["run"]["run_id"] == run_id
+    assert data["run"]["stop_reason"] == "agent_finished"
+    assert data["run"]["metadata"]["cli"]["model"] == "openai:test-model"
+    step_fields = {f.name for f in dataclasses.fields(StepRecord)}
+    assert [s["step_idx"] for s in data["steps"]] == [0, 1]
+    for step in data["steps"]:
+        assert set(step) == step_fields
+    assert data["steps"][0]["tool_name"] == "read_file"
+    assert data["steps"][0]["observation"] == f"{SECRET}\n"
+    assert data["steps"][0]["llm_call_id"] == "chatcmpl-1"
+    assert data["steps"][1]["raw_response"] == f"The note says {SECRET}."
+
+    assert "1 ended runs (0 not ended)" in stats.out, stats
+    assert re.search(r"^agent_finished\t1\t100\.0%$", stats.out, re.MULTILINE), stats
+    assert "steps per run: p50 2" in stats.out, stats
+
+    lines = export.out.splitlines()
+    assert len(lines) == 2, export
+    rows = [json.loads(line) for line in lines]
+    assert [(r["run_id"], r["step_idx"]) for r in rows] == [(run_id, 0), (run_id, 1)]
+    for r in rows:
+        assert step_fields <= set(r)
+        assert r["stop_reason"] == "agent_finished"
+    assert SECRET in export.out and "notes.txt" in export.out
+
+    lines = redacted.out.splitlines()
+    assert len(lines) == 2, redacted
+    rows = [json.loads(line) for line in lines]
+    assert SECRET not in redacted.out, redacted
+    assert "notes.txt" not in redacted.out, redacted
+    assert "read notes" not in redacted.out, redacted  # the goal is a prompt too
+    assert rows[0]["tool_name"] == "read_file"
+    assert json.loads(rows[0]["tool_args_json"]) == {"path": "[redacted]"}
+    assert rows[0]["observation"] == "[redacted]"
+    assert rows[0]["action_status"] == "executed"
+    assert rows[1]["raw_response"] == "[redacted]"
+
+
+# --- exit codes ------------------------------------------------------------------------------
+
+
+def test_step_budget_exits_3(cli: CLI, fake: SlowableServer, workspace: Path) -> None:
+    fake.script(*(read_call(n=i) for i in range(1, 4)))
+    done = cli(*run_args(fake, workspace, "--max-steps", "1"))
+    assert done.code == 3, done
+    run_id = run_id_of(done.out)
+    assert f"run {run_id}: step_budget after 1 steps, 1 actions" in done.out, done
+    assert len(fake.requests) == 1
+
+
+def test_auth_error_exits_4_with_one_line_detail(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    fake.script(unauthorized())
+    done = cli(*run_args(fake, workspace))
+    assert done.code == 4, done
+    assert "Traceback" not in done.err + done.out, done
+    run_id = run_id_of(done.out)
+    lines = done.out.splitlines()
+    # the result line, then the detail, which is the last line: one line, naming the cause
+    assert lines[-2] == f"run {run_id}: llm_error after 1 steps, 0 actions", done
+    assert lines[-1].startswith("detail: "), done
+    assert "401" in lines[-1] or "AuthenticationError" in lines[-1], done
+    assert "kind=auth" in lines[-1], done
+    assert len(fake.requests) == 1  # not retried
+
+
+def test_bad_input_is_one_line_and_exit_1(
+    cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
+) -> None:
+    asyncio.run(empty_journal(tmp_path / "j.db"))
+    (tmp_path / "junk.db").write_bytes(bytes(range(256)) * 16)  # not SQLite at all
+    missing = str(tmp_path / "no-such-dir")
+
+    cases = {
+        "unknown model prefix": ("run", "g", "--model", "anthropic:x", "--workspace", "ws"),
+        "missing workspace": ("run", "g", "--model", "openai:x", "--workspace", missing),
+        "unknown run for show": ("show", "no-such-run", "--journal", "j.db"),
+        "unknown run for resume": ("resume", "no-such-run", "--journal", "j.db"),
+        "no journal for resume": ("resume", "no-such-run", "--journal", "nope.db"),
+        "bad --since date": ("runs", "--journal", "j.db", "--since", "2026-13-45"),
+        "export into a missing folder": ("export", "--journal", "j.db", "-o", f"{missing}/x"),
+        "junk journal: runs": ("runs", "--journal", "junk.db"),
+        "junk journal: run": run_args(fake, workspace, journal="junk.db"),
+    }
+    results = dict(zip(cases, cli.many(*cases.values()), strict=True))
+    for name, done in results.items():
+        try:
+            assert_one_line_error(done)
+        except AssertionError:
+            raise AssertionError(f"{name}: {cases[name]}\n{done}") from None
+
+    err = {name: d.err for name, d in results.items()}
+    assert "unknown model provider 'anthropic'" in err["unknown model prefix"]
+    assert "no-such-dir does not exist" in err["missing workspace"]
+    assert "no run 'no-such-run'" in err["unknown run for show"]
+    assert "no run 'no-such-run'" in err["unknown run for resume"]
+    assert "no journal at nope.db" in err["no journal for resume"]
+    for name in err:
+        if name.startswith("junk journal"):
+            assert "junk.db is not a SQLite database" in err[name], name
+    assert (tmp_path / "junk.db").read_bytes() == bytes(range(256)) * 16  # left untouched
+    assert not (tmp_path / "nope.db").exists()  # a typo does not create a journal
+    assert fake.requests == []  # none of the bad commands reached the model
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------
+
+
+def test_ctrl_c_detaches_and_the_run_resumes(
+    cli: CLI, fake: SlowableServer, workspace: Path, live: list[Live]
+) -> None:
+    # step 0 is quick; step 1's model call takes a while, so Ctrl-C lands in the middle of it
+    fake.script(read_call(n=1), slow(read_call(n=2), 1.0))
+    proc = Live(cli, *run_args(fake, workspace))
+    live.append(proc)
+    proc.wait_for(r"^step +0 ")
+    proc.interrupt()
+    done = proc.finish()
+    assert done.code == 130, done
+    assert "Traceback" not in done.err, done
+    run_id = run_id_of(done.out)
+    assert "Ctrl-C: detaching at the end of this step" in done.out, done
+    assert re.search(r"^step +1  read_file\(", done.out, re.MULTILINE), done  # step 1 finished
+    resume_cmd = re.search(r"polyloop (resume \S+ --journal \S+)$", done.out, re.MULTILINE)
+    assert resume_cmd, done
+    assert resume_cmd.group(1) == f"resume {run_id} --journal j.db"
+
+    listed = cli("runs", "--journal", "j.db")
+    assert listed.code == 0, listed
+    row = runs_rows(listed.out)[run_id]
+    assert row["status"] == "running" and row["stop_reason"] == "", listed  # no end record
+    assert row["steps"] == "2", listed
+
+    fake.script(completion("All read.", id="chatcmpl-3"))
+    resumed = cli(*shlex.split(resume_cmd.group(1)))
+    assert resumed.code == 0, resumed
+    assert f"run {run_id}: agent_finished after 3 steps, 2 actions" in resumed.out, resumed
+    assert "answer: All read." in resumed.out, resumed
+    assert len(fake.requests) == 3
+    # the resumed model call saw the whole history, including step 1's observation
+    tool_msgs = [m for m in fake.requests[2].body["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_msgs] == ["call_1", "call_2"]
+
+
+def test_ctrl_c_twice_cancels(
+    cli: CLI, fake: SlowableServer, workspace: Path, live: list[Live]
+) -> None:
+    fake.script(read_call(n=1), hang())  # step 1's model call never returns
+    proc = Live(cli, *run_args(fake, workspace))
+    live.append(proc)
+    proc.wait_for(r"^step +0 ")
+    proc.interrupt()
+    proc.wait_for(r"^Ctrl-C: detaching")
+    proc.interrupt()
+    done = proc.finish()
+    assert done.code == 130, done
+    assert "Traceback" not in done.err, done
+    run_id = run_id_of(done.out)
+    assert "cancelled" in done.out.splitlines()[-1], done
+
+    listed = cli("runs", "--journal", "j.db", "--stop-reason", "cancelled")
+    assert listed.code == 0, listed
+    row = runs_rows(listed.out)[run_id]
+    assert row["status"] == "ended" and row["stop_reason"] == "cancelled", listed
