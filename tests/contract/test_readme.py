@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from polyloop import StopReason
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -14,14 +16,9 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 
-def test_the_first_run_example_runs_and_its_assertions_hold() -> None:
-    block = next(b for b in python_blocks() if "ScriptedModel" in b)
-    exec(compile(block, "README.md", "exec"), {})
-
-
-def test_every_python_block_at_least_compiles() -> None:
-    for block in python_blocks():
-        compile(block, "README.md", "exec")
+@pytest.mark.parametrize("n", range(len(python_blocks())))
+def test_every_python_example_runs_and_its_assertions_hold(n: int) -> None:
+    exec(compile(python_blocks()[n], f"README.md block {n}", "exec"), {})
 
 
 def test_the_stop_reason_table_lists_every_value_in_enum_order() -> None:

@@ -43,8 +43,11 @@ class Progress:
         elif isinstance(event, StepAppended):
             s = event.step
             status = s.action_status or ("invalid" if not s.parse_ok else "answer")
+            what = s.action or s.parse_error
+            if what is None and s.parse_ok:
+                what = "final answer: " + s.raw_response
             self.line(
-                f"step {s.step_idx:>3}  {_short(s.action or s.parse_error or '', 44):<44}  "
+                f"step {s.step_idx:>3}  {_short(what or '(model call failed)', 44):<44}  "
                 f"{status:<12} {time.monotonic() - self.started:7.1f}s"
             )
         elif isinstance(event, RunEnded):
