@@ -4,6 +4,9 @@ Scene 1: a scripted model fixes the cancel-order bug of a small shop service thr
 general tools (list, read, edit) and a test runner, and submits -> ``task_completed``.
 Scene 2: the same run starts in a child process, which is killed (SIGKILL) in the middle of a
 step, while its test run is in flight; the run is then resumed from the SQLite journal.
+Scene 3: a model that alternates between two wrong fixes (fix A breaks one test, fix B
+another); the failure guard stops it on the third round with ``repeated_failure`` and an
+escalation report for a human.
 
 Only the model is scripted; the loop, the tools and the journal are the code paths a real run
 uses. Nothing here needs a network or an API key.
@@ -34,8 +37,16 @@ from polyloop import (
 from polyloop.events import Event, RunEnded, StepAppended
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import FunctionModel
-from polyloop.tools.builtin import workspace_tools
-from polyloop.types import ActionIntent, ActionResult, ModelRequest, Record, StepWritten
+from polyloop.tools.builtin import extract_failures, workspace_tools
+from polyloop.types import (
+    ActionIntent,
+    ActionResult,
+    ActionStatus,
+    ModelRequest,
+    Outcome,
+    Record,
+    StepWritten,
+)
 
 __all__ = ["DEMO_WORKSPACE", "GOAL", "demo_loop", "run_demo"]
 
@@ -45,6 +56,7 @@ GOAL = (
     "the items to stock. Fix it so the tests pass, then submit a summary."
 )
 SLOW_ENV = "POLYLOOP_DEMO_SLOW_TESTS"
+DEMO_LIMITS = Limits(max_steps=12)
 
 _BUGGY = """        order = self.orders[order_id]
         order.status = "cancelled"
@@ -60,6 +72,41 @@ _FIXED = """        order = self.orders[order_id]
 def _call(thought: str, name: str, **arguments: object) -> ModelReply:
     return ModelReply(text=thought, tool_calls=(ToolCall(name, dict(arguments)),))
 
+
+# Two wrong fixes: A restocks but lets a shipped order be cancelled; B refuses shipped
+# orders but forgets to restock. Each makes the other's test fail.
+_FIX_A = """        order = self.orders[order_id]
+        order.status = "cancelled"
+        self.stock[order.item] += order.quantity
+        return order"""
+_FIX_B = """        order = self.orders[order_id]
+        if order.status != "placed":
+            raise OrderError(f"order {order_id} is {order.status}")
+        order.status = "cancelled"
+        return order"""
+
+OSCILLATING: list[ModelReply] = [
+    _call("Read the service first.", "read_file", path="shop/orders.py"),
+    _call("Cancelling must restock.", "edit_file", path="shop/orders.py", old=_BUGGY, new=_FIX_A),
+    _call("Run the tests.", "run_tests"),
+    _call(
+        "A shipped order must be refused instead.",
+        "edit_file",
+        path="shop/orders.py",
+        old=_FIX_A,
+        new=_FIX_B,
+    ),
+    _call("Run the tests.", "run_tests"),
+    _call(
+        "Restocking was right after all.",
+        "edit_file",
+        path="shop/orders.py",
+        old=_FIX_B,
+        new=_FIX_A,
+    ),
+    _call("Run the tests.", "run_tests"),
+    _call("Try the other way again.", "edit_file", path="shop/orders.py", old=_FIX_A, new=_FIX_B),
+]
 
 SCRIPT: list[ModelReply] = [
     _call("Let me see what is in the workspace.", "list_files", path="."),
@@ -86,12 +133,17 @@ def scripted_reply(request: ModelRequest) -> ModelReply:
     return SCRIPT[min(request.step_idx, len(SCRIPT) - 1)]
 
 
+def oscillating_reply(request: ModelRequest) -> ModelReply:
+    """A model that trades one failing test for another, round after round."""
+    return OSCILLATING[min(request.step_idx, len(OSCILLATING) - 1)]
+
+
 def demo_tools(workspace: Path) -> ToolRegistry:
     """The general workspace tools plus a test runner and a submit tool."""
     registry = ToolRegistry()
 
     @registry.tool(replay="idempotent")
-    async def run_tests(ctx: ToolContext) -> str:
+    async def run_tests(ctx: ToolContext) -> Outcome:
         """Run the workspace's unit tests and report the result. Running tests changes
         nothing, so it is safe to repeat (replay="idempotent")."""
         if os.environ.get(SLOW_ENV):  # scene 2: a slow test run, so the kill lands mid-step
@@ -106,7 +158,12 @@ def demo_tools(workspace: Path) -> ToolRegistry:
             stderr=asyncio.subprocess.STDOUT,
         )
         out, _ = await proc.communicate()
-        return f"exit code {proc.returncode}\n{out.decode(errors='replace').strip()}"
+        text = out.decode(errors="replace").strip()
+        report = extract_failures(text) if proc.returncode else None
+        failure = report.representative if report is not None else None
+        return Outcome(
+            ActionStatus.executed, f"exit code {proc.returncode}\n{text}", failure=failure
+        )
 
     @registry.tool(completion_marker=True)
     def submit(summary: str) -> str:
@@ -117,13 +174,18 @@ def demo_tools(workspace: Path) -> ToolRegistry:
 
 
 def demo_loop(
-    workspace: Path, journal: SQLiteJournal, observers: tuple[Callable[[Event], None], ...] = ()
+    workspace: Path,
+    journal: SQLiteJournal,
+    observers: tuple[Callable[[Event], None], ...] = (),
+    *,
+    reply: Callable[[ModelRequest], ModelReply] = scripted_reply,
+    limits: Limits = DEMO_LIMITS,
 ) -> Loop:
     return Loop(
-        FunctionModel(scripted_reply),
+        FunctionModel(reply),
         tools=demo_tools(workspace),
         journal=journal,
-        limits=Limits(max_steps=12),
+        limits=limits,
         observers=observers,
     )
 
@@ -233,6 +295,26 @@ async def _scene_two(root: Path, journal_path: Path, say: Callable[[str], None])
     return result
 
 
+async def _scene_three(root: Path, journal: SQLiteJournal, say: Callable[[str], None]) -> RunResult:
+    say(
+        "Scene 3 — a fix loop going in circles, stopped by the failure guard (same_failure_limit=2)"
+    )
+    workspace = _fresh_workspace(root, "shop-3")
+    loop = demo_loop(
+        workspace,
+        journal,
+        (_Printer(say),),
+        reply=oscillating_reply,
+        limits=Limits(max_steps=12, same_failure_limit=2),
+    )
+    result = await loop.run(GOAL)
+    say(f"  run {result.run_id}: {result.stop_reason}\n")
+    if result.report is not None:
+        for line in result.report.to_markdown().splitlines():
+            say(f"  {line}" if line else "")
+    return result
+
+
 async def _read(path: Path, run_id: str) -> list[Record]:
     journal = SQLiteJournal(path)
     try:
@@ -252,15 +334,24 @@ async def run_demo(say: Callable[[str], None] = print, root: Path | None = None)
     finally:
         await journal.aclose()
     second = await _scene_two(root, journal_path, say)
+    journal = SQLiteJournal(journal_path)
+    try:
+        third = await _scene_three(root, journal, say)
+    finally:
+        await journal.aclose()
     say("Look inside:")
     say(f"  polyloop runs --journal {journal_path}")
     say(f"  polyloop show {first.run_id} --journal {journal_path}")
+    say(f"  polyloop show {third.run_id} --journal {journal_path}   # with its report")
     say(
         f'  sqlite3 {journal_path} "SELECT step_idx, tool_name, action_status, '
         f"prompt_chars FROM steps WHERE run_id = '{second.run_id}'\""
     )
     say(f'  sqlite3 {journal_path} "SELECT stop_reason, count(*) FROM runs GROUP BY 1"')
-    ok = first.stop_reason == second.stop_reason == "task_completed"
+    ok = (
+        first.stop_reason == second.stop_reason == "task_completed"
+        and third.stop_reason == "repeated_failure"
+    )
     return 0 if ok else 1
 
 

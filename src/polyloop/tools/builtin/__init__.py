@@ -18,9 +18,14 @@ workspace root (tools.md, "General tools"). Optional: the kernel never imports t
 Paths are confined to the root (``..``, absolute paths and symlinks that lead out are refused
 as ``not_executed``); ``writable_paths`` narrows where writes go; the shell has a timeout, an
 output cap and a command policy. Every model-visible string is in :class:`BuiltinTexts`.
+
+``extract_failures(output)`` reads a pytest or unittest report into a :class:`TestReport` of
+:class:`~polyloop.types.Failure` values; the shell tool uses it to set ``Outcome.failure`` on a
+test run that exits non-zero (the failure guard counts its fingerprint).
 """
 
 from ._policy import Approver, CommandPolicy, PolicyDecision, Rule, Verdict
+from ._test_reports import TestReport, extract_failures
 from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
 from ._workspace import TOOL_NAMES, workspace_tools
 
@@ -32,6 +37,8 @@ __all__ = [
     "CommandPolicy",
     "PolicyDecision",
     "Rule",
+    "TestReport",
     "Verdict",
+    "extract_failures",
     "workspace_tools",
 ]

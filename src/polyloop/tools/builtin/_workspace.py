@@ -11,13 +11,14 @@ from typing import Annotated, Any
 
 import pydantic
 
-from polyloop.types import ActionStatus, ConfigError, Outcome
+from polyloop.types import ActionStatus, ConfigError, Failure, Outcome
 
 from ..registry import ToolRegistry
 from ._files import Files
 from ._paths import Refused, Workspace
 from ._policy import Approver, CommandPolicy, Verdict
 from ._shell import ShellResult, default_shell, run_shell
+from ._test_reports import extract_failures
 from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
 
 __all__ = ["TOOL_NAMES", "workspace_tools"]
@@ -26,6 +27,10 @@ TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "grep", "she
 """The names ``workspace_tools`` registers, in order (``shell`` only with ``shell=True``)."""
 
 _MIN_OUTPUT_CHARS = 100
+
+# Put where the output cap cut a test report: it ends a pytest section and a unittest block, so
+# the tail's half-entry is not read as the end of the head's last entry.
+_CUT = "\n" + "=" * 70 + "\n= output omitted =\n"
 
 # Module level, so that the registry can resolve the annotations of the tool functions.
 Offset = Annotated[int, pydantic.Field(ge=0)]
@@ -269,9 +274,28 @@ class _Shell:
         else:
             status = t.shell_exit.format(code=result.returncode)
         text = body + ("" if body.endswith("\n") else "\n") + status
-        if result.omitted:
-            return Outcome(ActionStatus.executed, text, truncated_chars=result.omitted)
+        failure = _test_failure(result)
+        if result.omitted or failure is not None:
+            return Outcome(
+                ActionStatus.executed, text, truncated_chars=result.omitted, failure=failure
+            )
         return text
+
+
+def _test_failure(result: ShellResult) -> Failure | None:
+    """The failure for the failure guard (kernel.md §10): the first failing test of a command
+    that exited non-zero and printed a pytest or unittest report, else None.
+
+    Other failing commands get none, on purpose: a ``Failure`` has no field for the command, so
+    one made from an exit code or the last line of output would give ``make lint`` and
+    ``make build`` (any two commands that end "Error 2") one fingerprint, and the guard would
+    stop a run that is making progress. A timeout or a signal ends a test run before its
+    report, so those get none either."""
+    if result.timed_out or result.returncode is None or result.returncode <= 0:
+        return None
+    output = result.head + (_CUT if result.omitted else "") + result.tail
+    report = extract_failures(output)
+    return None if report is None else report.representative
 
 
 async def _ask(approve: Approver, command: str) -> object:
