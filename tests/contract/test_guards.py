@@ -338,3 +338,55 @@ async def test_a_tool_exception_feeds_the_failure_guard() -> None:
     script: list[Any] = [call("flaky", {"n": 1}), call("flaky", {"n": 2}), "unused"]
     r = await Loop(ScriptedModel(script), tools=tools, limits=Limits(same_failure_limit=2)).run("g")
     assert r.stop_reason == StopReason.repeated_failure
+
+
+@pytest.mark.parametrize(
+    ("fingerprints", "files", "pattern"),
+    [
+        (["A", "A"], [1, 1], "unchanged"),
+        (["A", "B", "A"], [1, 1, 1], "alternating"),
+        (["A", "B", "A", "B"], [1, 2, 2, 2], "alternating"),
+        (["A", "B", "C", "A"], [1, 2, 3, 4], "spreading"),
+        (["A", "B", "C", "A"], [1, 1, 1, 1], "recurring"),
+        (["B", "A", "A"], [1, 1, 1], "unchanged"),
+    ],
+)
+def test_the_report_names_the_pattern(
+    fingerprints: list[str], files: list[int], pattern: str
+) -> None:
+    from polyloop.types import detect_pattern
+
+    assert detect_pattern(fingerprints, files) == pattern
+
+
+async def test_failures_that_change_while_the_edits_spread_are_reported_as_spreading() -> None:
+    tools = ToolRegistry()
+    order = iter(["A", "B", "C", "A"])
+    fails = {
+        "A": FAIL_A,
+        "B": FAIL_B,
+        "C": Failure("tests/t.py::test_ship", "KeyError", "orders.py:40", "'x'"),
+    }
+
+    @tools.tool
+    def edit_file(path: str) -> str:
+        """Edit a file."""
+        return f"edited {path}"
+
+    @tools.tool
+    def run_tests() -> Outcome:
+        """Run the tests."""
+        f = fails[next(order)]
+        return Outcome(ActionStatus.executed, f"FAILED {f.check}", failure=f)
+
+    def spread(request: ModelRequest) -> ModelReply:
+        if request.step_idx % 2 == 0:
+            return call("edit_file", {"path": f"module_{request.step_idx // 2}.py"})
+        return call("run_tests")
+
+    r = await Loop(
+        FunctionModel(spread), tools=tools, limits=Limits(max_steps=20, same_failure_limit=2)
+    ).run("fix")
+    assert r.stop_reason == StopReason.repeated_failure and r.report is not None
+    assert r.report.pattern == "spreading"
+    assert r.report.files_touched == ("module_0.py", "module_1.py", "module_2.py", "module_3.py")

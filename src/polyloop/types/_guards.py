@@ -129,8 +129,9 @@ class EscalationReport:
     """Why a run going in circles was stopped, for the human who takes over.
 
     ``pattern`` is ``unchanged`` (one failure keeps coming back), ``alternating`` (two
-    failures trade places: fixing A breaks B and back), or ``spreading`` (the failures keep
-    changing while the files touched keep growing). ``attempts`` lists, in order, the actions
+    failures trade places: fixing A breaks B and back), ``spreading`` (the failures keep
+    changing while the files touched keep growing) or ``recurring`` (a failure came back
+    among others); see :func:`detect_pattern`. ``attempts`` lists, in order, the actions
     between the first and the last failure. ``question`` is left for the caller to decide.
     """
 
@@ -233,16 +234,25 @@ class EscalationReport:
 
 
 def detect_pattern(fingerprints: Sequence[str], files_per_round: Sequence[int]) -> str:
-    """``unchanged`` / ``alternating`` / ``spreading`` for the fingerprint sequence of a run
-    (``files_per_round``: distinct files touched so far, at each failure)."""
+    """Name the shape of a failure sequence (``files_per_round``: distinct files touched so
+    far at each failure).
+
+    * ``unchanged``: one failure, again and again, or the same failure twice in a row;
+    * ``spreading``: the files touched grew at every failure while at least three different
+      failures appeared — each fix opens a new front;
+    * ``alternating``: the last rounds trade two failures (fix A breaks B, fix B breaks A);
+    * ``recurring``: a failure came back after others, in no simpler shape.
+    """
     if len(set(fingerprints)) == 1:
         return "unchanged"
+    growing = len(files_per_round) >= 3 and all(
+        b > a for a, b in itertools.pairwise(files_per_round)
+    )
+    if growing and len(set(fingerprints)) >= 3:
+        return "spreading"
     tail = list(fingerprints[-4:])
     if len(tail) >= 3 and len(set(tail)) == 2 and all(a != b for a, b in itertools.pairwise(tail)):
         return "alternating"
-    growing = len(files_per_round) >= 2 and all(
-        b > a for a, b in itertools.pairwise(files_per_round)
-    )
-    if growing and len(set(fingerprints)) == len(fingerprints):
-        return "spreading"
-    return "unchanged"  # the failure that reached the limit came back unchanged
+    if len(fingerprints) >= 2 and fingerprints[-1] == fingerprints[-2]:
+        return "unchanged"
+    return "recurring"
