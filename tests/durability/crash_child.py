@@ -3,6 +3,8 @@ tests/contract/test_resume.py on a SQLite journal and kills itself with SIGKILL 
 or just after its n-th journal write. Tool side effects go to a file, which survives.
 
     python -m tests.durability.crash_child JOURNAL N before|after EFFECTS
+
+JOURNAL is a SQLite file, or ``postgres:DSN`` for a PostgresJournal on that DSN.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Logged(list[str]):
 class Dying:
     """Delegates to the journal; SIGKILLs the process around its n-th append."""
 
-    def __init__(self, inner: SQLiteJournal, n: int, after: bool) -> None:
+    def __init__(self, inner: Any, n: int, after: bool) -> None:
         self.inner, self.n, self.after, self.count = inner, n, after, 0
 
     def __getattr__(self, name: str) -> Any:
@@ -51,11 +53,19 @@ class Dying:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def main(path: str, n: int, after: bool, effects: str) -> None:
+def open_journal(path: str) -> Any:
+    if path.startswith("postgres:"):
+        from polyloop.journal import PostgresJournal
+
+        return PostgresJournal(path.removeprefix("postgres:"))
+    return SQLiteJournal(path)
+
+
+async def main(path: str, n: int, after: bool, effects: str, run_id: str = "r") -> None:
     world = World()
     world.charged = Logged("charged", effects)
     world.stored = Logged("stored", effects)
-    await new_loop(world, Dying(SQLiteJournal(path), n, after)).run("pay", run_id="r")
+    await new_loop(world, Dying(open_journal(path), n, after)).run("pay", run_id=run_id)
     sys.exit(3)  # not reached while n is within the run's writes
 
 

@@ -1,7 +1,24 @@
 """Journals: the write-ahead log of runs. ``MemoryJournal`` for tests and throwaway runs,
-``SQLiteJournal`` for the embedded durable default."""
+``SQLiteJournal`` for the embedded durable default, ``PostgresJournal`` for a journal shared
+by many processes and machines (extra ``polyloop[postgres]``; loaded on first access, so
+importing this package never imports psycopg)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .memory import MemoryJournal
 from .sqlite import SQLiteJournal
 
-__all__ = ["MemoryJournal", "SQLiteJournal"]
+if TYPE_CHECKING:
+    from .postgres import PostgresJournal
+
+__all__ = ["MemoryJournal", "PostgresJournal", "SQLiteJournal"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresJournal":
+        from .postgres import PostgresJournal
+
+        return PostgresJournal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,926 @@
+"""The shared journal: PostgreSQL, for many processes on many machines (extra
+``polyloop[postgres]``: psycopg 3 and its connection pool, imported lazily — this module imports
+without them, and constructing a :class:`PostgresJournal` without them raises a one-line
+``ImportError`` naming the extra).
+
+Tables. The same tables, columns and meanings as the SQLite journal (see
+:mod:`polyloop.journal.sqlite`): ``runs``, ``steps``, ``journal``, ``model_calls``, ``meta``, so
+downstream SQL reads both alike. Types are PostgreSQL's: ``TEXT``, ``INTEGER`` (booleans of
+``steps`` are 0/1 as in SQLite, so ``WHERE completed = 1`` works on both), ``DOUBLE PRECISION``
+for epoch seconds and milliseconds. One column more in ``runs``: ``version`` (``BIGINT``), the
+fencing token described below. PostgreSQL text cannot hold the NUL character: where a step's or
+an end's free text (an observation, a raw reply, a stop detail, ...) contains one, its column in
+``steps``, ``runs`` or ``model_calls`` holds U+FFFD instead, while the ``journal`` record keeps
+the exact text (JSON escapes it) — resume reads only the records. A run id, goal or wording
+version with a NUL is refused before anything is written.
+
+Leases and fencing (durability.md "Leases"). Claiming a run is one conditional statement::
+
+    UPDATE runs SET owner = me, lease_expires_at = now + ttl, version = version + 1
+    WHERE run_id = ? AND (owner IS NULL OR lease_expires_at <= now OR owner = <dead>)
+    RETURNING version
+
+where ``<dead>`` is the current owner only when Python has proved it dead (same host, no process
+with its pid and start time). The claimed ``version`` is kept in memory for the lease, and
+**every** append is one transaction that starts with the fence::
+
+    UPDATE runs SET version = version + 1 WHERE run_id = ? AND owner = me AND version = v
+
+0 rows means another execution owns the run: the transaction is rolled back, nothing is
+written, and ``append`` raises ``LeaseLost``. (The transaction — BEGIN, the fence, the rows,
+COMMIT — is sent in one round trip, pipelined; the fence turns "0 rows" into an error so that
+PostgreSQL skips everything after it.) The heartbeat (``renew``) moves only
+``lease_expires_at``, never ``version``; the end record's transaction also sets the end columns
+and clears the owner. ``append`` returns after the COMMIT returned (PostgreSQL's
+``synchronous_commit`` decides what "durable" means; its default flushes every commit).
+
+Time. Lease expiry is decided on one clock, the database server's (``statement_timestamp()``),
+so workers whose clocks disagree still agree on whose lease has expired. The :class:`Lease`
+handed back carries an expiry on the local clock, measured from before the request was sent
+(never later than the stored one). ``journal.written_at`` is the writer's clock. An injected
+``clock`` replaces both (tests).
+
+Bytes per step. A step's appends insert its ``journal``, ``steps`` and ``model_calls`` rows and
+write a new version of its ``runs`` row (the version bump; PostgreSQL writes a new row version
+on every update). The bulky columns (goal, history) are TOASTed past about 2 kB, and the new
+row version points at the stored value instead of copying it: the history is never rewritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
+
+from ..types import (
+    STEP_SCHEMA_VERSION,
+    ConfigError,
+    JournalError,
+    Lease,
+    LeaseLost,
+    Limits,
+    PolyLoopError,
+    Record,
+    RunExists,
+    RunLeased,
+    RunNotFound,
+    RunSpec,
+    StepRecord,
+    canonical_json,
+    record_from_dict,
+)
+from ._owner import new_owner, owner_is_dead
+from .sqlite import (
+    _INSERT_INTENT,
+    _INSERT_JOURNAL,
+    _INSERT_STEP,
+    _MARK_UNCERTAIN,
+    _STEP_COLUMNS,
+    _STEP_NAMES,
+    _UPSERT_CALL,
+    JOURNAL_SCHEMA_VERSION,
+    _Append,
+    _check_journal_version,
+    _damaged,
+    _json_default,
+    _major,
+    _prepare,
+    _step_from_row,
+    _wait_uninterrupted,
+)
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..seams import Journal
+
+    _Conn = AsyncConnection[tuple[Any, ...]]
+
+__all__ = ["PostgresJournal"]
+
+log = logging.getLogger("polyloop")
+
+_INSTALL_HINT: Final = (
+    "the PostgreSQL journal needs psycopg and psycopg-pool: pip install 'polyloop[postgres]'"
+)
+_STEP_MAJOR = 1
+_T = TypeVar("_T")
+
+
+def _sdk() -> tuple[ModuleType, ModuleType]:
+    """``psycopg`` and ``psycopg_pool``, imported on first use (layout.md rule 6)."""
+    try:
+        return importlib.import_module("psycopg"), importlib.import_module("psycopg_pool")
+    except ImportError as exc:
+        if exc.name in ("psycopg", "psycopg_pool"):
+            raise ImportError(_INSTALL_HINT) from None
+        raise ImportError(f"{_INSTALL_HINT} (importing it failed: {exc})") from exc
+
+
+# -- the schema -------------------------------------------------------------------------------
+
+
+def _pg_decl(decl: str) -> str:
+    return decl.replace("REAL", "DOUBLE PRECISION")
+
+
+_TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "meta": (("key", "TEXT PRIMARY KEY"), ("value", "TEXT NOT NULL")),
+    "runs": (
+        ("run_id", "TEXT PRIMARY KEY"),
+        ("owner", "TEXT"),
+        ("lease_expires_at", "DOUBLE PRECISION"),
+        ("version", "BIGINT NOT NULL DEFAULT 0"),
+        ("status", "TEXT NOT NULL CHECK (status IN ('running', 'ended'))"),
+        ("stop_reason", "TEXT"),
+        ("steps_used", "INTEGER NOT NULL DEFAULT 0"),
+        ("actions_executed", "INTEGER NOT NULL DEFAULT 0"),
+        ("created_at", "DOUBLE PRECISION NOT NULL"),
+        ("ended_at", "DOUBLE PRECISION"),
+        ("journal_schema_version", "TEXT NOT NULL"),
+        ("wording_version", "TEXT NOT NULL"),
+        ("stop_detail", "TEXT"),
+        ("final_answer", "TEXT"),
+        ("goal", "TEXT NOT NULL"),
+        ("limits_json", "TEXT NOT NULL"),
+        ("metadata_json", "TEXT"),
+        ("history_json", "TEXT NOT NULL"),
+    ),
+    # One column per StepRecord field, the SQLite journal's list (kernel.md §7).
+    "steps": (("run_id", "TEXT NOT NULL"), *((n, _pg_decl(d)) for n, d in _STEP_COLUMNS)),
+    "journal": (
+        ("run_id", "TEXT NOT NULL"),
+        ("seq", "INTEGER NOT NULL"),
+        ("kind", "TEXT NOT NULL"),
+        ("body", "TEXT NOT NULL"),
+        ("written_at", "DOUBLE PRECISION NOT NULL"),
+    ),
+    "model_calls": (
+        ("run_id", "TEXT NOT NULL"),
+        ("step_idx", "INTEGER NOT NULL"),
+        ("intent_id", "TEXT NOT NULL"),
+        ("attempt", "INTEGER NOT NULL"),
+        ("llm_call_id", "TEXT"),
+        (
+            "state",
+            "TEXT NOT NULL CHECK (state IN ('pending', 'ok', 'failed', 'retried', 'uncertain'))",
+        ),
+        ("input_tokens", "INTEGER"),
+        ("output_tokens", "INTEGER"),
+        ("latency_ms", "DOUBLE PRECISION"),
+        ("error", "TEXT"),
+    ),
+}
+_TABLE_TAIL: Final = {
+    "meta": "",
+    # Room on each page for the version bumps to be HOT updates (no index touched).
+    "runs": " WITH (fillfactor = 80)",
+    "steps": ",\n    PRIMARY KEY (run_id, step_idx)",
+    "journal": ",\n    PRIMARY KEY (run_id, seq)",
+    "model_calls": ",\n    PRIMARY KEY (intent_id, attempt)",
+}
+
+
+def _create_table(name: str) -> str:
+    cols = ",\n".join(f"    {col} {decl}" for col, decl in _TABLE_COLUMNS[name])
+    tail = _TABLE_TAIL[name]
+    if tail.startswith(","):
+        return f"CREATE TABLE {name} (\n{cols}{tail}\n)"
+    return f"CREATE TABLE {name} (\n{cols}\n){tail}"
+
+
+_DDL: Final[tuple[str, ...]] = (
+    *(_create_table(name) for name in _TABLE_COLUMNS),
+    "CREATE INDEX runs_by_status ON runs (status, lease_expires_at)",
+    "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
+)
+_TABLES: Final = frozenset(_TABLE_COLUMNS)
+
+
+def _pg(query: str) -> str:
+    """A SQLite journal statement with PostgreSQL placeholders (one text for both backends)."""
+    return query.replace("?", "%s")
+
+
+_PG_INSERT_JOURNAL = _pg(_INSERT_JOURNAL)
+_PG_INSERT_STEP = _pg(_INSERT_STEP)
+_PG_MARK_UNCERTAIN = _pg(_MARK_UNCERTAIN)
+_PG_INSERT_INTENT = _pg(_INSERT_INTENT)
+_PG_UPSERT_CALL = _pg(_UPSERT_CALL)
+
+
+# Epoch seconds now: the injected clock's when one is passed, else the server's.
+_NOW = (
+    "coalesce(%(now)s::double precision, "
+    "extract(epoch from statement_timestamp())::double precision)"
+)
+_INSERT_RUN = f"""INSERT INTO runs (run_id, owner, lease_expires_at, version, status, created_at,
+    journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
+    VALUES (%(run_id)s, %(owner)s, {_NOW} + %(ttl)s, 1, 'running', %(created_at)s,
+    %(journal_version)s, %(wording)s, %(goal)s, %(limits)s, %(metadata)s, %(history)s)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING version"""
+_CLAIM = f"""UPDATE runs SET owner = %(owner)s, lease_expires_at = {_NOW} + %(ttl)s,
+        version = version + 1
+    WHERE run_id = %(run_id)s AND (owner IS NULL OR lease_expires_at IS NULL
+        OR lease_expires_at <= {_NOW} OR owner = %(dead)s::text)
+    RETURNING version"""
+# The fence. 0 rows (another execution owns the run) must stop the whole transaction, which is
+# sent in one round trip with the rows it guards: dividing by the row count raises
+# division_by_zero, PostgreSQL aborts the transaction and skips every statement after it.
+_FENCE = """WITH fenced AS (
+        UPDATE runs SET version = version + 1
+        WHERE run_id = %(run_id)s AND owner = %(owner)s AND version = %(version)s
+        RETURNING 1)
+    SELECT 1 / (SELECT count(*) FROM fenced)::integer"""
+_RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
+    WHERE run_id = %(run_id)s AND owner = %(owner)s
+    RETURNING lease_expires_at"""
+_RELEASE = """UPDATE runs SET owner = NULL, lease_expires_at = NULL
+    WHERE run_id = %s AND owner = %s"""
+_LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = %s"
+_END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = %s AND state = 'pending'"
+_END_RUN = """UPDATE runs SET status = 'ended', stop_reason = %s, stop_detail = %s,
+    final_answer = %s, steps_used = %s, actions_executed = %s, ended_at = %s, owner = NULL,
+    lease_expires_at = NULL WHERE run_id = %s"""
+_READ_RUN = """SELECT goal, history_json, metadata_json, limits_json, wording_version,
+    created_at, journal_schema_version FROM runs WHERE run_id = %s"""
+_READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = %s ORDER BY seq"
+_LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
+        CASE WHEN status = 'ended' THEN steps_used
+             ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
+            AS steps_used,
+        CASE WHEN status = 'ended' THEN actions_executed
+             ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
+                   AND s.action_status = 'executed') END AS actions_executed,
+        created_at, ended_at, owner, lease_expires_at, wording_version,
+        journal_schema_version, goal, limits_json, metadata_json
+    FROM runs r {where} ORDER BY created_at, run_id COLLATE "C"
+"""
+_READ_STEPS = f"SELECT {', '.join(_STEP_NAMES)} FROM steps WHERE run_id = %s ORDER BY step_idx"
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _no_nul(value: Any) -> Any:
+    """PostgreSQL text cannot hold NUL: U+FFFD stands in for it in the projection columns."""
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
+
+
+def _clean(row: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(_no_nul(v) for v in row)
+
+
+def _to_json(value: object, what: str, run_id: str) -> str:
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+        )
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"run {run_id!r}: the {what} must be JSON-ready to be journaled in PostgreSQL ({exc})"
+        ) from exc
+
+
+def _describe(dsn: str, conninfo: Mapping[str, Any]) -> str:
+    """The DSN without its password, for messages."""
+    if not conninfo:
+        return "(default connection)" if not dsn else "(DSN)"
+    user = conninfo.get("user")
+    host = conninfo.get("host") or conninfo.get("hostaddr") or "localhost"
+    port = conninfo.get("port")
+    where = f"{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+    return f"postgresql://{where}/{conninfo.get('dbname') or ''}"
+
+
+def _lock_key(name: str) -> int:
+    """A 64-bit advisory lock key for creating the schema or tables named ``name``."""
+    digest = hashlib.sha256(f"polyloop-journal:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# -- the journal ------------------------------------------------------------------------------
+
+
+class PostgresJournal:
+    """The Journal seam in PostgreSQL (durability.md "Storage"): the SQLite journal's tables and
+    semantics, shared by any number of processes and machines, with leases claimed by a
+    conditional update and every write fenced by the run row's ``version``.
+
+    Args:
+        dsn: a libpq connection string or URI (``postgresql://user@host:5432/db``).
+        min_size: connections the pool keeps open.
+        max_size: the most connections the pool opens; concurrent runs beyond it wait.
+        schema: the PostgreSQL schema holding the tables (created if missing; its
+            ``search_path`` is set on every connection). None: the connection's current schema
+            (usually ``public``). One schema per journal keeps test runs or tenants apart.
+        timeout_s: how long a call waits for a free connection (and for the first connection)
+            before failing with ``JournalError``.
+        clock: epoch seconds for lease expiry (instead of the database server's clock) and
+            ``written_at`` (instead of the local clock); for tests: every process sharing the
+            tables must then use the same one.
+
+    Opening connects, then checks what the schema holds: nothing (the PolyLoop tables are
+    created), a PolyLoop journal of a readable version (it is used), or anything else — other
+    tables and no PolyLoop ``meta``, a ``meta`` without a version, an unknown major version,
+    missing tables or columns — which raises ``JournalError`` without modifying anything. It
+    happens on first use, or explicitly with ``await journal.open()`` / ``async with``. Use one
+    journal object from one event loop. Close it with :meth:`aclose` (or ``async with``).
+
+    Raises:
+        ConfigError: a bad pool size, ``schema`` or ``timeout_s``, or a DSN that cannot be
+            parsed.
+        ImportError: psycopg is not installed (``pip install 'polyloop[postgres]'``).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        schema: str | None = None,
+        timeout_s: float = 30.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if min_size < 0 or max_size < 1 or max_size < min_size:
+            raise ConfigError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got min_size={min_size}, "
+                f"max_size={max_size}"
+            )
+        if schema is not None and (not schema or "\x00" in schema):
+            raise ConfigError(f"schema must be a non-empty name or None, got {schema!r}")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        psycopg, pool = _sdk()
+        self._psycopg = psycopg
+        self._pool_mod = pool
+        self._error: type[Exception] = psycopg.Error
+        self._fenced_out: type[Exception] = psycopg.errors.DivisionByZero
+        self._idle: object = psycopg.pq.TransactionStatus.IDLE
+        try:
+            conninfo: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise ConfigError(f"not a valid PostgreSQL DSN: {exc}") from None
+        self.dsn = dsn
+        self.schema = schema
+        self._server = _describe(dsn, conninfo)
+        self.where = self._server + (f" (schema {schema})" if schema else "")
+        self._min_size, self._max_size = min_size, max_size
+        self._timeout = timeout_s
+        self._clock = clock
+        self._pool: AsyncConnectionPool[_Conn] | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._closed = False
+        # Per lease (run_id, owner): [the run row's version, the next seq]. The fence.
+        self._held: dict[tuple[str, str], list[int]] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    def __repr__(self) -> str:
+        return f"PostgresJournal({self.where!r})"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def open(self) -> Self:
+        """Connect and check (or create) the schema. Idempotent; every method calls it.
+
+        Raises:
+            JournalError: the server cannot be reached, or the schema is not a PolyLoop
+                journal this version can read (nothing was modified).
+        """
+        if self._pool is not None:
+            return self
+        if self._closed:
+            raise JournalError(f"the PostgreSQL journal {self.where} is closed")
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._pool is not None:
+                return self
+            if self._closed:
+                raise JournalError(f"the PostgreSQL journal {self.where} is closed")
+            try:
+                conn = await self._psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, connect_timeout=max(2, round(self._timeout))
+                )
+            except self._error as exc:
+                raise JournalError(
+                    f"cannot connect to the PostgreSQL journal {self.where}: {exc}"
+                ) from None
+            try:
+                await self._check_schema(conn)
+            except self._error as exc:
+                raise JournalError(
+                    f"the PostgreSQL journal {self.where}: checking its tables failed: "
+                    f"{type(exc).__name__}: {exc} (nothing was modified)"
+                ) from exc
+            finally:
+                await conn.close()
+            pool: AsyncConnectionPool[_Conn] = self._pool_mod.AsyncConnectionPool(
+                self.dsn,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                kwargs={"autocommit": True},
+                configure=self._configure,
+                timeout=self._timeout,
+                open=False,
+                name=f"polyloop-journal:{self.where}",
+            )
+            try:
+                await pool.open(wait=self._min_size > 0, timeout=self._timeout)
+            except self._error as exc:
+                await pool.close()
+                raise JournalError(
+                    f"cannot connect to the PostgreSQL journal {self.where}: {exc}"
+                ) from None
+            self._pool = pool
+        return self
+
+    async def aclose(self) -> None:
+        """Close the pool's connections. Idempotent; later calls raise ``JournalError``."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the seam -----------------------------------------------------------------------------
+    async def create(self, spec: RunSpec, *, ttl_s: float) -> Lease:
+        run_id = spec.run_id
+        texts = {"run id": run_id, "goal": spec.goal, "wording version": spec.wording_version}
+        for what, text in texts.items():
+            if "\x00" in text:
+                raise ValueError(
+                    f"run {run_id!r}: the {what} contains a NUL character, which PostgreSQL "
+                    "text cannot hold; nothing was written"
+                )
+        params: dict[str, Any] = {
+            "run_id": run_id,
+            "owner": new_owner(),
+            "ttl": float(ttl_s),
+            "created_at": spec.created_at,
+            "journal_version": JOURNAL_SCHEMA_VERSION,
+            "wording": spec.wording_version,
+            "goal": spec.goal,
+            "limits": canonical_json(spec.limits.to_dict()),
+            "metadata": None
+            if spec.metadata is None
+            else _to_json(dict(spec.metadata), "metadata", run_id),
+            "history": _to_json(list(spec.history), "history", run_id),
+        }
+
+        async def run() -> Lease:
+            local, params["now"] = self._now()
+            async with self._connection() as conn:
+                cur = await conn.execute(_INSERT_RUN, params)
+                row = await cur.fetchone()
+            if row is None:
+                raise RunExists(run_id)
+            owner = str(params["owner"])
+            self._held[(run_id, owner)] = [int(row[0]), 1]
+            return Lease(run_id, owner, local + ttl_s)
+
+        return await self._guarded(run(), give_back=True)
+
+    async def read(self, run_id: str) -> tuple[RunSpec, Sequence[Record]]:
+        async with self._connection() as conn:
+            # One round trip. The runs columns read here never change after create, and the
+            # records are read by one statement: one snapshot.
+            async with conn.pipeline():
+                run_cur = await conn.execute(_READ_RUN, (run_id,))
+                rec_cur = await conn.execute(_READ_RECORDS, (run_id,))
+            row = await run_cur.fetchone()
+            rows = await rec_cur.fetchall()
+        if row is None:
+            raise RunNotFound(run_id)
+        return _parse_run(run_id, row, rows)
+
+    async def acquire(
+        self, run_id: str, *, ttl_s: float
+    ) -> tuple[Lease, RunSpec, Sequence[Record]]:
+        owner = new_owner()
+        lease = await self._guarded(self._claim(run_id, owner, ttl_s), give_back=True)
+        try:
+            spec, records = await self.read(run_id)  # nobody else can write it now
+        except BaseException:
+            await self._give_back(lease)
+            raise
+        held = self._held.get((run_id, owner))
+        if held is not None:
+            held[1] = len(records) + 1  # read() checked that seq runs 1..len
+        return lease, spec, records
+
+    async def append(self, lease: Lease, records: Sequence[Record]) -> None:
+        p = _prepare(lease, records)
+        await self._guarded(self._append(p))
+
+    async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
+        async def run() -> Lease:
+            local, now = self._now()
+            params: dict[str, Any] = {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "ttl": float(ttl_s),
+                "now": now,
+            }
+            async with self._connection() as conn:
+                cur = await conn.execute(_RENEW, params)
+                row = await cur.fetchone()
+                if row is None:
+                    raise await self._lease_lost(conn, lease)
+            return Lease(lease.run_id, lease.owner, local + ttl_s)
+
+        return await self._guarded(run())
+
+    async def release(self, lease: Lease) -> None:
+        await self._guarded(self._release(lease))
+
+    # -- read-only helpers (never write; for the CLI and tests) -------------------------------
+    async def list_runs(self, *, status: str | None = None) -> list[dict[str, Any]]:
+        """Every run (or those with ``status`` 'running'/'ended'), oldest first, as dicts of the
+        ``runs`` columns except ``history_json`` and ``version``, with ``metadata`` and
+        ``limits`` decoded: the same shape as :meth:`SQLiteJournal.list_runs`. For a running
+        run, ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
+        where = "" if status is None else "WHERE status = %s"
+        query = _LIST_RUNS.format(where=where)
+        async with self._connection() as conn:
+            cur = await conn.execute(query, () if status is None else (status,))
+            names = [d.name for d in cur.description or ()]
+            rows = await cur.fetchall()
+        out = []
+        for row in rows:
+            d = dict(zip(names, row, strict=True))
+            d["limits"] = json.loads(d.pop("limits_json"))
+            meta = d.pop("metadata_json")
+            d["metadata"] = None if meta is None else json.loads(meta)
+            out.append(d)
+        return out
+
+    async def steps(self, run_id: str) -> list[StepRecord]:
+        """A run's step records from the ``steps`` table, by ``step_idx``. Read-only.
+        Raises ``RunNotFound``."""
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                run_cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+                steps_cur = await conn.execute(_READ_STEPS, (run_id,))
+            found = await run_cur.fetchone()
+            rows = await steps_cur.fetchall()
+        if found is None:
+            raise RunNotFound(run_id)
+        try:
+            return [_step_from_row(row) for row in rows]
+        except TypeError as exc:
+            raise JournalError(f"run {run_id!r}: a steps row is damaged ({exc})") from exc
+
+    # -- leases -------------------------------------------------------------------------------
+    def _now(self) -> tuple[float, float | None]:
+        """(the local clock now, the ``now`` parameter: None for the server's clock)."""
+        if self._clock is not None:
+            t = self._clock()
+            return t, t
+        return time.time(), None
+
+    async def _claim(self, run_id: str, owner: str, ttl_s: float) -> Lease:
+        dead: str | None = None
+        async with self._connection() as conn:
+            for _ in range(2):
+                local, now = self._now()
+                params: dict[str, Any] = {
+                    "run_id": run_id,
+                    "owner": owner,
+                    "ttl": float(ttl_s),
+                    "now": now,
+                    "dead": dead,
+                }
+                cur = await conn.execute(_CLAIM, params)
+                row = await cur.fetchone()
+                if row is not None:
+                    self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
+                    return Lease(run_id, owner, local + ttl_s)
+                cur = await conn.execute(_LEASE_OF, (run_id,))
+                current = await cur.fetchone()
+                if current is None:
+                    raise RunNotFound(run_id)
+                holder, expiry = current[0], current[1]
+                # Leased and live; take it only from an owner proved dead, and only once.
+                if dead is None and holder is not None and owner_is_dead(holder):
+                    dead = str(holder)
+                    continue
+                raise RunLeased(run_id, str(holder), float(expiry or 0.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _release(self, lease: Lease) -> None:
+        key = (lease.run_id, lease.owner)
+        async with self._connection() as conn:
+            await conn.execute(_RELEASE, key)
+        self._held.pop(key, None)
+        self._locks.pop(key, None)
+
+    async def _give_back(self, lease: Lease) -> None:
+        try:
+            await self._guarded(self._release(lease))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("run %s: could not release its lease", lease.run_id, exc_info=True)
+
+    async def _lease_lost(self, conn: _Conn, lease: Lease, *, known: bool = True) -> PolyLoopError:
+        cur = await conn.execute(_LEASE_OF, (lease.run_id,))
+        row = await cur.fetchone()
+        self._held.pop((lease.run_id, lease.owner), None)
+        if row is None:
+            return RunNotFound(lease.run_id)
+        holder = row[0]
+        if holder == lease.owner and not known:
+            held = (
+                "it is recorded as the owner, but the lease was not taken through this journal "
+                "object, which alone knows its fencing version"
+            )
+        elif holder == lease.owner:
+            held = "it is recorded as the owner, but the run's version moved on without it"
+        else:
+            held = f"held by {holder or 'nobody'}"
+        return LeaseLost(
+            f"run {lease.run_id!r}: this execution ({lease.owner}) no longer holds the lease "
+            f"({held}); stop without writing"
+        )
+
+    # -- writing ------------------------------------------------------------------------------
+    async def _append(self, p: _Append) -> None:
+        lease = p.lease
+        run_id, owner = lease.run_id, lease.owner
+        key = (run_id, owner)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock, self._connection() as conn:  # one append of a lease at a time
+            held = self._held.get(key)
+            if held is None:  # not taken through this object, or given up, ended or lost
+                raise await self._lease_lost(conn, lease, known=False)
+            version, nxt = held
+            written_at = self._clock() if self._clock is not None else time.time()
+            fence = {"run_id": run_id, "owner": owner, "version": version}
+            try:
+                async with conn.pipeline():  # one round trip; the transaction is all or nothing
+                    await conn.execute("BEGIN")
+                    await conn.execute(_FENCE, fence)
+                    await self._write_rows(conn, p, nxt, written_at)
+                    await conn.execute("COMMIT")
+            except self._fenced_out:
+                await conn.execute("ROLLBACK")
+                raise await self._lease_lost(conn, lease) from None
+            except BaseException:
+                if conn.info.transaction_status != self._idle:
+                    with contextlib.suppress(self._error):
+                        await conn.execute("ROLLBACK")
+                raise
+        if p.end is None:
+            held[0], held[1] = version + 1, nxt + len(p.rows)
+        else:  # the end record released the lease in its transaction
+            self._held.pop(key, None)
+            self._locks.pop(key, None)
+
+    @staticmethod
+    async def _write_rows(conn: _Conn, p: _Append, nxt: int, written_at: float) -> None:
+        run_id = p.lease.run_id
+        cur = conn.cursor()
+        for i, (kind, body) in enumerate(p.rows):
+            await cur.execute(_PG_INSERT_JOURNAL, (run_id, nxt + i, kind, body, written_at))
+        for row in p.steps:
+            await cur.execute(_PG_INSERT_STEP, _clean(row))
+        for op, args in p.calls:
+            if op == "intent":
+                await cur.execute(_PG_MARK_UNCERTAIN, (args[2], args[3]))
+                await cur.execute(_PG_INSERT_INTENT, args)
+            else:
+                await cur.execute(_PG_UPSERT_CALL, _clean(args))
+        end = p.end
+        if end is not None:
+            await cur.execute(_END_PENDING, (run_id,))
+            await cur.execute(
+                _END_RUN,
+                (
+                    end.stop_reason.value,
+                    _no_nul(end.stop_detail),
+                    _no_nul(end.final_answer),
+                    end.steps_used,
+                    end.actions_executed,
+                    end.ended_at,
+                    run_id,
+                ),
+            )
+
+    async def _guarded(self, coro: Awaitable[_T], *, give_back: bool = False) -> _T:
+        """Run ``coro`` to its end even if the caller is cancelled meanwhile: the write lands
+        (or fails) before ``CancelledError`` propagates (its own error, if it failed,
+        propagates instead). ``give_back``: a lease it took is released, since the caller
+        never gets it."""
+        task = asyncio.ensure_future(coro)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await _wait_uninterrupted(task)
+            if not task.cancelled():
+                exc = task.exception()
+                if exc is not None:
+                    raise exc from exc.__cause__
+                result = task.result()
+                if give_back and isinstance(result, Lease):
+                    await self._give_back(result)
+            raise
+
+    # -- connections --------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[_Conn]:
+        """A pooled connection; psycopg's errors come out as ``JournalError``."""
+        await self.open()
+        pool = self._pool
+        if pool is None:
+            raise JournalError(f"the PostgreSQL journal {self.where} is closed")
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except self._error as exc:
+            if self._closed:
+                raise JournalError(f"the PostgreSQL journal {self.where} is closed") from exc
+            raise JournalError(
+                f"PostgreSQL journal {self.where}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def _configure(self, conn: _Conn) -> None:
+        if self.schema is not None:
+            sql = self._psycopg.sql
+            await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+
+    # -- opening ------------------------------------------------------------------------------
+    async def _check_schema(self, conn: _Conn) -> None:
+        """Create the schema in an empty namespace; accept a readable PolyLoop journal; refuse
+        anything else without modifying it."""
+        if self.schema is not None:
+            cur = await conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+            )
+            if await cur.fetchone() is None:
+                sql = self._psycopg.sql
+                async with conn.transaction():  # IF NOT EXISTS alone races with itself
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),)
+                    )
+                    await conn.execute(
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            sql.Identifier(self.schema)
+                        )
+                    )
+        await self._configure(conn)
+        cur = await conn.execute("SELECT current_schema()")
+        row = await cur.fetchone()
+        namespace = None if row is None else row[0]
+        if namespace is None:
+            raise JournalError(
+                f"the PostgreSQL journal {self.where}: the connection has no current schema "
+                "(its search_path names none that exists); pass schema= or fix the search_path"
+            )
+        names = await self._relations(conn, namespace)
+        if names:
+            await self._check_polyloop(conn, namespace, names)
+            return
+        async with conn.transaction():
+            # Two processes opening one empty schema: the second waits, then finds the tables.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(namespace),))
+            names = await self._relations(conn, namespace)
+            if names:
+                await self._check_polyloop(conn, namespace, names)
+                return
+            for statement in _DDL:
+                await conn.execute(statement)
+            await conn.cursor().executemany(
+                "INSERT INTO meta (key, value) VALUES (%s, %s)",
+                [
+                    ("journal_schema_version", JOURNAL_SCHEMA_VERSION),
+                    ("step_schema_version", STEP_SCHEMA_VERSION),
+                ],
+            )
+
+    @staticmethod
+    async def _relations(conn: _Conn, namespace: str) -> set[str]:
+        cur = await conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+            (namespace,),
+        )
+        return {str(r[0]) for r in await cur.fetchall()}
+
+    async def _check_polyloop(self, conn: _Conn, namespace: str, names: set[str]) -> None:
+        where = f"{self._server} schema {namespace!r}"
+        if "meta" not in names:
+            shown = ", ".join(sorted(names)[:8])
+            raise JournalError(
+                f"{where} holds tables ({shown}) and no PolyLoop 'meta' table: it is not a "
+                "PolyLoop journal; refusing to touch it (it was not modified). Pass schema= "
+                "naming an empty or PolyLoop schema."
+            )
+        try:
+            cur = await conn.execute("SELECT key, value FROM meta")
+            meta = {str(k): v for k, v in await cur.fetchall()}
+        except self._error as exc:
+            raise JournalError(
+                f"{where} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch "
+                "it (it was not modified)"
+            ) from None
+        version = meta.get("journal_schema_version")
+        if version is None:
+            raise JournalError(
+                f"{where} has a 'meta' table without journal_schema_version: not a PolyLoop "
+                "journal (it was not modified)"
+            )
+        _check_journal_version(version, f"the journal {where}")
+        step_version = meta.get("step_schema_version", STEP_SCHEMA_VERSION)
+        if _major(step_version) != _STEP_MAJOR:
+            raise JournalError(
+                f"the journal {where} has step record schema version {step_version!r}; this "
+                f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major "
+                f"{_STEP_MAJOR}): upgrade polyloop to read it (it was not modified)"
+            )
+        missing = _TABLES - names
+        if missing:
+            raise JournalError(
+                f"the PolyLoop journal {where} lacks the tables {sorted(missing)}: it is damaged "
+                "(it was not modified)"
+            )
+        cur = await conn.execute(
+            "SELECT c.relname, a.attname FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s) AND a.attnum > 0 "
+            "AND NOT a.attisdropped",
+            (namespace, sorted(_TABLES)),
+        )
+        have: dict[str, set[str]] = {}
+        for table, column in await cur.fetchall():
+            have.setdefault(str(table), set()).add(str(column))
+        for table, columns in _TABLE_COLUMNS.items():
+            lacking = [c for c, _ in columns if c not in have.get(table, set())]
+            if lacking:
+                raise JournalError(
+                    f"the PolyLoop journal {where}: table {table} lacks the columns {lacking}: "
+                    "it is damaged (it was not modified)"
+                )
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def _parse_run(
+    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]]
+) -> tuple[RunSpec, tuple[Record, ...]]:
+    goal, history_json, metadata_json, limits_json, wording, created_at, version = row
+    _check_journal_version(version, f"run {run_id!r}")
+    try:
+        history = json.loads(history_json)
+        metadata = None if metadata_json is None else json.loads(metadata_json)
+        limits = Limits.from_dict(json.loads(limits_json))
+        if not isinstance(history, list) or not (metadata is None or isinstance(metadata, dict)):
+            raise TypeError("history must be a list and metadata an object")
+    except (TypeError, ValueError) as exc:
+        raise JournalError(
+            f"run {run_id!r}: its runs row is damaged ({type(exc).__name__}: {exc}); "
+            "the journal was not modified"
+        ) from exc
+    spec = RunSpec(run_id, goal, limits, created_at, tuple(history), metadata, wording)
+    records: list[Record] = []
+    for expected, (seq, kind, body) in enumerate(rows, start=1):
+        if seq != expected:
+            raise _damaged(
+                run_id, expected, f"is out of order or missing (seq {seq} stands in its place)"
+            )
+        try:
+            data = json.loads(body)
+        except (TypeError, ValueError) as exc:
+            raise _damaged(run_id, seq, f"is not valid JSON ({exc})") from exc
+        if not isinstance(data, dict) or data.get("kind") != kind:
+            raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
+        try:
+            records.append(record_from_dict(data))
+        except JournalError as exc:
+            raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
+    return spec, tuple(records)
+
+
+if TYPE_CHECKING:
+
+    def _conforms(journal: PostgresJournal) -> Journal:
+        return journal
