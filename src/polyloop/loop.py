@@ -118,7 +118,7 @@ class Loop:
                 cancel_grace_s=cancel_grace_s,
                 lease_ttl_s=lease_ttl_s,
                 clock=clock or SystemClock(),
-                wording_version=templates.version,
+                wording_version=_wording_version(templates, environment),
                 guards=_guards(guards),
             )
         )
@@ -206,3 +206,11 @@ def _guards(guards: Sequence[RunEndGuard | GuardCheck]) -> tuple[RunEndGuard, ..
             f"journaled by name); duplicated: {dupes}"
         )
     return out
+
+
+def _wording_version(templates: Templates, environment: Environment) -> str:
+    """The version of all model-visible wording of a run: the templates', plus the wording
+    sets of tools on the environment's registry (e.g. ``polyloop-1+polyloop-builtin-1``)."""
+    registry = getattr(environment, "registry", None)
+    extra = sorted(getattr(registry, "wording_versions", ()))
+    return "+".join([templates.version, *extra])

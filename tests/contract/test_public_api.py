@@ -99,3 +99,19 @@ def test_the_kernel_imports_only_types_seams_and_the_standard_library() -> None:
                 for name in names:
                     top = (name or "").split(".")[0]
                     assert top in sys.stdlib_module_names or top == "__future__", (path.name, name)
+
+
+async def test_the_wording_version_of_a_run_is_stored_with_it(tmp_path: Path) -> None:
+    from polyloop import DEFAULT_TEMPLATES, Loop
+    from polyloop.tools.builtin import DEFAULT_BUILTIN_TEXTS, workspace_tools
+
+    journal = polyloop.journal.MemoryJournal()
+    model = polyloop.testing.ScriptedModel(["done"])
+    await Loop(model, tools=workspace_tools(tmp_path, shell=False), journal=journal).run(
+        "g", run_id="w"
+    )
+    spec, _ = await journal.read("w")
+    assert spec.wording_version == f"{DEFAULT_TEMPLATES.version}+{DEFAULT_BUILTIN_TEXTS.version}"
+    await Loop(polyloop.testing.ScriptedModel(["x"]), journal=journal).run("g", run_id="v")
+    spec, _ = await journal.read("v")
+    assert spec.wording_version == DEFAULT_TEMPLATES.version

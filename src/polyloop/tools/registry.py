@@ -164,6 +164,17 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._specs: tuple[ToolSpec, ...] | None = None
+        self._wording: set[str] = set()
+
+    def add_wording_version(self, version: str) -> None:
+        """Record that tools on this registry write model-visible text from a wording set of
+        this version (the built-in workspace tools do); ``Loop`` stores it with each run."""
+        self._wording.add(version)
+
+    @property
+    def wording_versions(self) -> frozenset[str]:
+        """Versions of the wording sets the registered tools write model-visible text from."""
+        return frozenset(self._wording)
 
     @overload
     def tool(self, func: F, /) -> F: ...

@@ -126,6 +126,7 @@ def workspace_tools(
             f"workspace_tools: the registry already has tools named {taken}; register the "
             "workspace tools on another registry"
         )
+    registry.add_wording_version(texts.version)
     runner = (
         _Shell(
             workspace,
