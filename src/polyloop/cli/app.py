@@ -396,9 +396,351 @@ def report(
                 raise BadInput(f"no run {run_id!r} in {j.path}") from None
 
     html = _call(go)
-    target = output if output is not None else Path(f"{run_id}.html")
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    target = output if output is not None else Path(f"{safe_name}.html")
     try:
         target.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise _fail(f"cannot write {target}: {exc}") from None
     print(f"wrote {target} ({len(html) // 1024} KiB)", file=sys.stderr)
+
+
+# -- many runs: `polyloop batch` and `polyloop recover` (a caller of polyloop.batch) ----------
+
+EXIT_NOT_ALL_ENDED = 7
+
+BatchJournalOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--journal",
+        help=f"SQLite journal file, or a postgresql:// URI (default: ${JOURNAL_ENV} or "
+        f"./{DEFAULT_JOURNAL}).",
+    ),
+]
+
+
+def batch_loop(config: dict[str, Any], journal: Any) -> Any:
+    """The Loop of a batch started by the command, from its stored config (module-level, so
+    Ray workers can import it)."""
+    from polyloop import Limits, Loop
+    from polyloop.tools.builtin import workspace_tools
+
+    from ._setup import _model
+
+    tools = workspace_tools(Path(config["workspace"]), shell="shell" in config["tools"])
+    limits = Limits.from_dict(config["limits"])
+    return Loop(_model(config), tools=tools, journal=journal, limits=limits)
+
+
+def _built_loop(loop: Any, journal: Any) -> Any:
+    """A Loop factory handing out a Loop already built on that journal."""
+    return loop
+
+
+def _journal_spec(journal: str | None, *, must_exist: bool) -> str:
+    from ._setup import journal_path
+
+    if journal is not None and journal.startswith(("postgresql://", "postgres://")):
+        return journal
+    path = journal_path(None if journal is None else Path(journal))
+    if must_exist and not path.is_file():
+        raise _fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+    return str(path)
+
+
+class _BatchProgress:
+    """Live progress of a batch: one updating line on a terminal, a line per finished run
+    otherwise."""
+
+    def __init__(self) -> None:
+        self.live: Any = None
+        self.finished = -1
+
+    @staticmethod
+    def text(p: Any) -> str:
+        reasons = ", ".join(f"{k} {v}" for k, v in p.by_stop_reason.items())
+        extra = "".join(
+            f"  {name} {n}"
+            for name, n in (("leased", p.leased), ("detached", p.detached), ("errors", p.errors))
+            if n
+        )
+        return f"done {p.done}/{p.total}  running {p.running}{extra}" + (
+            f"  | {reasons}" if reasons else ""
+        )
+
+    def __call__(self, p: Any) -> None:
+        if sys.stdout.isatty():
+            if self.live is None:
+                from rich.live import Live
+
+                self.live = Live(console=_render.console, auto_refresh=False, transient=False)
+                self.live.start()
+            self.live.update(self.text(p), refresh=True)
+        else:
+            finished = p.done + p.leased + p.detached + p.errors
+            if finished != self.finished:
+                self.finished = finished
+                print(self.text(p), flush=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _drive_batch(go: Callable[[], Coroutine[Any, Any, T]], progress: _BatchProgress) -> T:
+    """Run a batch coroutine: the first Ctrl-C detaches the runs in flight (graceful: they stay
+    resumable), a second one exits at once (their leases die with this process)."""
+
+    async def main() -> T:
+        task = asyncio.ensure_future(go())
+        presses = 0
+
+        def handler() -> None:
+            nonlocal presses
+            presses += 1
+            if presses == 1:
+                progress.close()
+                print(
+                    "Ctrl-C: detaching the runs in flight at their next step boundary "
+                    "(Ctrl-C again to exit at once; every run stays resumable)",
+                    flush=True,
+                )
+                task.cancel()
+            else:
+                print("Ctrl-C again: exiting now; the runs stay resumable", flush=True)
+                os._exit(EXIT_INTERRUPTED)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, handler)
+        return await task
+
+    try:
+        return _call(main)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress.close()
+        print("interrupted: re-run the same command to continue", flush=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (ImportError, ValueError) as exc:  # a missing extra (ray, psycopg), a bad option
+        progress.close()
+        raise _fail(str(exc).splitlines()[0]) from None
+    finally:
+        progress.close()
+
+
+def _print_batch_result(result: Any) -> None:
+    print(result.summary(), flush=True)
+    left = result.not_ended
+    for outcome in left[:10]:
+        print(f"  {outcome.run_id}  {outcome.status}: {outcome.detail or ''}", flush=True)
+    if len(left) > 10:
+        print(f"  … and {len(left) - 10} more", flush=True)
+
+
+@app.command()
+def batch(
+    file: Annotated[
+        Path, typer.Argument(help='JSONL: one {"goal": ..., "run_id"?, "metadata"?} a line.')
+    ],
+    model: Annotated[
+        str, typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini.")
+    ],
+    workspace: Annotated[
+        Path, typer.Option("--workspace", help="Folder the tools work in (must exist).")
+    ] = Path("."),
+    tools: Annotated[
+        str, typer.Option("--tools", help="Comma-separated tool sets: files, shell.")
+    ] = "files,shell",
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="OpenAI-compatible server URL.")
+    ] = None,
+    max_steps: Annotated[int, typer.Option("--max-steps")] = 30,
+    max_actions: Annotated[int | None, typer.Option("--max-actions")] = None,
+    max_prompt_chars: Annotated[int | None, typer.Option("--max-prompt-chars")] = None,
+    journal: BatchJournalOpt = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", help="local (this process) or ray (pip install 'polyloop[ray]')."
+        ),
+    ] = "local",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Runs advancing at once.")] = 8,
+) -> None:
+    """Run one agent run per line of FILE, CONCURRENCY at a time, journaled. Every goal becomes
+    a run row first, with an id derived from the file, the line and these options: re-running
+    the same command skips the runs that ended and finishes the rest.
+
+    Exit codes: 0 every run ended (whatever its stop reason), 7 some did not (listed; re-run to
+    continue), 130 interrupted (runs detached, resumable), 1 bad input.
+
+    Example: polyloop batch goals.jsonl --model openai:gpt-4o-mini --workspace . --concurrency 16
+    """
+    from polyloop import Limits
+    from polyloop.batch import Goal, GoalFileError, load_goals, run_batch
+
+    if backend not in ("local", "ray"):
+        raise _fail(f"--backend takes local or ray, got {backend!r}")
+    if concurrency < 1:
+        raise _fail(f"--concurrency must be at least 1, got {concurrency}")
+    try:
+        config = run_config(
+            model=model,
+            base_url=base_url,
+            workspace=workspace,
+            tools=tools,
+            max_steps=max_steps,
+            max_actions=max_actions,
+            max_prompt_chars=max_prompt_chars,
+        )
+        goals = load_goals(file, reserved=("cli",))
+    except GoalFileError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot read {file}: {exc.strerror or exc}") from None
+    except (BadInput, PolyLoopError) as exc:
+        raise _fail(str(exc)) from None
+    # The command's config is stored with each run (and is part of its derived id).
+    goals = [
+        Goal(
+            g.goal, run_id=g.run_id, metadata={**(g.metadata or {}), "cli": config}, source=g.source
+        )
+        for g in goals
+    ]
+    spec = _journal_spec(journal, must_exist=False)
+    progress = _BatchProgress()
+    print(f"batch {file}: {len(goals)} goals  backend {backend}  journal {spec}", flush=True)
+
+    async def go() -> Any:
+        import functools
+
+        return await run_batch(
+            spec,
+            goals,
+            functools.partial(batch_loop, config),
+            concurrency=concurrency,
+            backend="ray" if backend == "ray" else "local",
+            limits=Limits.from_dict(config["limits"]),
+            on_progress=progress,
+        )
+
+    result = _drive_batch(go, progress)
+    _print_batch_result(result)
+    raise typer.Exit(0 if result.complete else EXIT_NOT_ALL_ENDED)
+
+
+@app.command()
+def recover(
+    journal: BatchJournalOpt = None,
+    older_than: Annotated[
+        float,
+        typer.Option(
+            "--older-than", help="Seconds a run with no owner must have existed to be taken."
+        ),
+    ] = 300.0,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="For runs not started by this command: provider:name."),
+    ] = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="For runs not started by this command.")
+    ] = None,
+    tools: Annotated[str, typer.Option("--tools", help="With --model: files, shell.")] = (
+        "files,shell"
+    ),
+    base_url: Annotated[str | None, typer.Option("--base-url")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency")] = 8,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list the runs that would be resumed.")
+    ] = False,
+) -> None:
+    """Resume the runs that stopped advancing without ending: their driver or node died
+    (lease expired, or its process is provably gone), or they were submitted and never
+    dispatched. A run still held by a live execution is left alone. Runs started by `polyloop
+    run`/`batch` are rebuilt from their stored model and tools; others use --model/--workspace.
+
+    Exit codes: 0 every run found has ended or is live elsewhere, 7 some could not be resumed
+    (listed), 1 bad input.
+
+    Example: polyloop recover --journal polyloop.db --older-than 60
+    """
+    import functools
+    import json as _json
+
+    from polyloop.batch import BatchResult, execute, find_stalled, open_journal
+
+    from ._setup import OpenJournal
+
+    if concurrency < 1:
+        raise _fail(f"--concurrency must be at least 1, got {concurrency}")
+    fallback: dict[str, Any] | None = None
+    if model is not None or workspace is not None:
+        if model is None or workspace is None:
+            raise _fail("--model and --workspace go together (for runs not started by polyloop)")
+        try:
+            fallback = run_config(
+                model=model,
+                base_url=base_url,
+                workspace=workspace,
+                tools=tools,
+                max_steps=30,
+                max_actions=None,
+                max_prompt_chars=None,
+            )
+        except (BadInput, PolyLoopError) as exc:
+            raise _fail(str(exc)) from None
+    spec = _journal_spec(journal, must_exist=True)
+    progress = _BatchProgress()
+
+    async def go() -> tuple[list[Any], list[Any], Any]:
+        j = open_journal(spec)
+        try:
+            stalled = await find_stalled(j, older_than_s=older_than)
+            groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+            skipped = []
+            for s in stalled:
+                cli = (s.metadata or {}).get("cli")
+                config = cli if isinstance(cli, dict) else fallback
+                if config is None:
+                    skipped.append(s)
+                    continue
+                key = _json.dumps(config, sort_keys=True)
+                groups.setdefault(key, (config, []))[1].append(s.run_id)
+            outcomes: list[Any] = []
+            if not dry_run:
+                for config, ids in groups.values():
+                    loop, _, _ = await build_loop(
+                        OpenJournal(j, Path(spec)), config, None, lambda _event: None
+                    )
+                    result = await execute(
+                        j,
+                        ids,
+                        functools.partial(_built_loop, loop),
+                        concurrency=concurrency,
+                        on_progress=progress,
+                    )
+                    outcomes.extend(result.outcomes)
+            return stalled, skipped, BatchResult(tuple(outcomes))
+        finally:
+            await j.aclose()
+
+    stalled, skipped, result = _drive_batch(go, progress)
+    kinds = ", ".join(
+        f"{n} {why}"
+        for why in ("lease_expired", "unowned", "leased")
+        if (n := sum(s.why == why for s in stalled))
+    )
+    print(f"found {len(stalled)} runs not ended" + (f" ({kinds})" if kinds else ""), flush=True)
+    if dry_run:
+        for s in stalled:
+            print(f"  {s.run_id}  {s.why}  {s.steps_used} steps", flush=True)
+        raise typer.Exit(0)
+    for s in skipped:
+        print(
+            f"  {s.run_id}  skipped: not started by the polyloop command (pass --model and "
+            "--workspace, or resume it from the code that started it)",
+            flush=True,
+        )
+    if result.outcomes:
+        _print_batch_result(result)
+    failed = [o for o in result.outcomes if o.status in ("error", "detached")]
+    raise typer.Exit(EXIT_NOT_ALL_ENDED if failed or skipped else 0)
