@@ -153,7 +153,9 @@ class ChatContext:
             return
         step = turn.step
         ids = _call_ids(reply, step.step_idx)
-        self._append(_assistant_message(reply, ids))
+        message, chars = _assistant_message(reply, ids)
+        self._messages.append(message)
+        self._chars += chars
         if step.parse_error is not None:
             if ids:
                 self._answer_each(ids, step.parse_error)
@@ -162,7 +164,9 @@ class ChatContext:
         elif step.observation is not None:
             text = self._visible(turn, step.observation)
             if len(ids) == 1:
-                self._append({"role": "tool", "tool_call_id": ids[0], "content": text})
+                # What _append does, with the size known: a tool message counts its content.
+                self._messages.append({"role": "tool", "tool_call_id": ids[0], "content": text})
+                self._chars += len(text)
             else:
                 self._answer_each(ids, "")
                 self._append({"role": "user", "content": text})
@@ -207,23 +211,30 @@ def _call_ids(reply: ModelReply, step_idx: int) -> list[str]:
     return ids
 
 
-def _assistant_message(reply: ModelReply, ids: Sequence[str]) -> dict[str, Any]:
+def _assistant_message(reply: ModelReply, ids: Sequence[str]) -> tuple[dict[str, Any], int]:
+    """The assistant message of ``reply`` and its size as :func:`_message_chars` counts it
+    (computed while building it: the arguments text is made once)."""
     # content None is the OpenAI shape for a reply that only calls tools; a reply with neither
     # text nor calls keeps "" so the message stays valid (content is required without calls).
     message: dict[str, Any] = {
         "role": "assistant",
         "content": reply.text or (None if reply.tool_calls else ""),
     }
+    chars = len(reply.text)
     if reply.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments_text},
-            }
-            for call_id, call in zip(ids, reply.tool_calls, strict=True)
-        ]
-    return message
+        calls = []
+        for call_id, call in zip(ids, reply.tool_calls, strict=True):
+            arguments = call.arguments_text
+            chars += len(call.name or "") + len(arguments)
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": arguments},
+                }
+            )
+        message["tool_calls"] = calls
+    return message, chars
 
 
 class ChatContextBuilder:

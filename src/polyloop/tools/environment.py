@@ -38,6 +38,10 @@ __all__ = ["ToolEnvironment"]
 _ANY: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 _MAX_ERRORS = 20
 _MAX_INPUT_CHARS = 80
+# Validated arguments kept from ``replay_policy`` for the ``execute`` that follows it (the
+# kernel asks for the policy, writes the intent, then executes the same Action object). Bounded:
+# an action whose execution never comes (a crash, a cancellation) must not pin memory.
+_MAX_REMEMBERED = 1024
 
 # pydantic error type -> what was expected, in words a model can act on.
 _EXPECTED: dict[str, str] = {
@@ -97,6 +101,7 @@ class ToolEnvironment:
             raise TypeError(f"ToolEnvironment needs a ToolRegistry, got {type(registry).__name__}")
         self._registry = registry
         self._templates = templates
+        self._validated: dict[int, tuple[Action, Tool, dict[str, Any]]] = {}
 
     @property
     def registry(self) -> ToolRegistry:
@@ -125,10 +130,12 @@ class ToolEnvironment:
         tool = self._tool(action)
         if tool is None:
             return self._unknown_tool(action)
-        try:
-            values = tool.parse_arguments(action.arguments or {})
-        except Exception as exc:
-            return self._invalid_arguments(tool, exc)
+        values = self._recall(action, tool)
+        if values is None:
+            try:
+                values = tool.parse_arguments(action.arguments or {})
+            except Exception as exc:
+                return self._invalid_arguments(tool, exc)
         try:
             result = await tool.call(values, ctx)
         except EnvironmentFailure as exc:
@@ -159,9 +166,12 @@ class ToolEnvironment:
         if tool is None:
             return ReplayPolicy.idempotent
         try:
-            tool.parse_arguments(action.arguments or {})
+            values = tool.parse_arguments(action.arguments or {})
         except Exception:
             return ReplayPolicy.idempotent
+        if len(self._validated) >= _MAX_REMEMBERED:
+            self._validated.clear()
+        self._validated[id(action)] = (action, tool, values)
         return tool.replay
 
     async def reconcile(self, action: Action, ctx: ToolContext) -> Outcome | None:
@@ -208,6 +218,14 @@ class ToolEnvironment:
         return f"ToolEnvironment({self._registry!r})"
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _recall(self, action: Action, tool: Tool) -> dict[str, Any] | None:
+        """The values ``replay_policy`` validated for this very Action object and tool (once),
+        so ``execute`` does not validate them a second time; None if there are none."""
+        entry = self._validated.pop(id(action), None)
+        if entry is None or entry[0] is not action or entry[1] is not tool:
+            return None
+        return entry[2]
 
     def _tool(self, action: Action) -> Tool | None:
         if action.tool_name is None:

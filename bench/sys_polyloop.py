@@ -1,0 +1,135 @@
+"""PolyLoop with its default adapters: ``Loop(FunctionModel(fn), tools=registry)``, one async
+no-op tool, the in-memory journal (``polyloop``) or ``SQLiteJournal`` (``polyloop_sqlite``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from polyloop import (
+    Limits,
+    Loop,
+    ModelReply,
+    ModelRequest,
+    RunDetached,
+    StopReason,
+    ToolCall,
+    ToolRegistry,
+)
+from polyloop.journal import MemoryJournal, SQLiteJournal
+from polyloop.testing import FunctionModel
+
+from ._measure import (
+    FINAL_ANSWER,
+    GOAL,
+    TOOL_NAME,
+    TOOL_RESULT,
+    Measured,
+    Spec,
+    is_final,
+    sqlite_bytes,
+    stored_bytes,
+    timed,
+)
+
+# A provider hands tool-call arguments over as a JSON string; so does this fake.
+_CALL = ModelReply(tool_calls=(ToolCall(TOOL_NAME, "{}", id="call_0"),))
+_FINAL = ModelReply(text=FINAL_ANSWER)
+
+
+def _tools() -> ToolRegistry:
+    tools = ToolRegistry()
+
+    @tools.tool(name=TOOL_NAME, replay="idempotent")
+    async def noop() -> str:
+        """Do nothing."""
+        return TOOL_RESULT
+
+    return tools
+
+
+def _model(steps: int, latency_s: float, on_call: Any = None) -> FunctionModel:
+    if latency_s:
+
+        async def slow(request: ModelRequest) -> ModelReply:
+            await asyncio.sleep(latency_s)
+            return _FINAL if is_final(request.step_idx, steps) else _CALL
+
+        return FunctionModel(slow)
+
+    def fast(request: ModelRequest) -> ModelReply:
+        if on_call is not None:
+            on_call(request)
+        return _FINAL if is_final(request.step_idx, steps) else _CALL
+
+    return FunctionModel(fast)
+
+
+def _journal(spec: Spec, path: str) -> MemoryJournal | SQLiteJournal:
+    if spec.system == "polyloop_sqlite":
+        durability = "full" if spec.durability == "full" else "normal"
+        return SQLiteJournal(path, durability=durability, group_commit=spec.group_commit)
+    return MemoryJournal()
+
+
+async def _batches(loop: Loop, spec: Spec) -> None:
+    limits = Limits(max_steps=spec.steps)
+    for _ in range(spec.batches):
+        results = await asyncio.gather(*(loop.run(GOAL, limits=limits) for _ in range(spec.runs)))
+        for r in results:
+            assert r.stop_reason is StopReason.agent_finished, r.stop_reason
+            assert len(r.steps) == spec.steps
+
+
+async def measure(spec: Spec) -> Measured:
+    if spec.scenario == "resume":
+        return await _resume(spec)
+    tools = _tools()
+    # Warm up (imports, first-call paths) on a throwaway journal.
+    warm = _journal(spec, os.path.join(spec.workdir, "warm.db"))
+    await _batches(Loop(_model(5, 0.0), tools=tools, journal=warm), Spec(spec.system, "warmup", 5))
+    if isinstance(warm, SQLiteJournal):
+        await warm.aclose()
+    path = os.path.join(spec.workdir, "journal.db")
+    journal = _journal(spec, path)
+    loop = Loop(_model(spec.steps, spec.latency_ms / 1000), tools=tools, journal=journal)
+    before = sqlite_bytes(path) if isinstance(journal, SQLiteJournal) else 0
+    wall, cpu, _ = await timed(lambda: _batches(loop, spec))
+    extra: dict[str, Any] = {}
+    if isinstance(journal, SQLiteJournal):
+        extra["journal_bytes"] = sqlite_bytes(path) - before
+        extra["commits"] = journal.commits
+        await journal.aclose()
+        extra["stored_bytes"] = stored_bytes(path) - before
+    return Measured(wall, cpu, extra)
+
+
+async def _resume(spec: Spec) -> Measured:
+    """Journal a ``spec.steps``-step run, detach it, then time ``resume`` from a fresh
+    ``SQLiteJournal`` object: read, check, replay, rebuild the context, take the lease, and
+    one more step (the final answer)."""
+    path = os.path.join(spec.workdir, "resume.db")
+    tools = _tools()
+    setup = SQLiteJournal(path, durability="normal")
+    holder: dict[str, Loop] = {}
+
+    def detach_at_end(request: ModelRequest) -> None:
+        if request.step_idx == spec.steps - 1:
+            holder["loop"].detach(request.run_id)
+
+    # The journaled run: `steps` tool steps, detached after the last one.
+    holder["loop"] = Loop(_model(spec.steps + 1, 0.0, detach_at_end), tools=tools, journal=setup)
+    try:
+        await holder["loop"].run(GOAL, run_id="resume-me", limits=Limits(max_steps=spec.steps + 1))
+        raise AssertionError("the run should have been detached")
+    except RunDetached:
+        pass
+    await setup.aclose()
+    journal = SQLiteJournal(path, durability=spec.durability)
+    loop = Loop(FunctionModel(lambda _: _FINAL), tools=tools, journal=journal)
+    wall, cpu, result = await timed(lambda: loop.resume("resume-me"))
+    assert result.stop_reason is StopReason.agent_finished, result.stop_reason
+    assert len(result.steps) == spec.steps + 1, len(result.steps)
+    await journal.aclose()
+    return Measured(wall, cpu, {"journal_bytes": sqlite_bytes(path), "resumed_steps": spec.steps})
