@@ -27,6 +27,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every call (json.loads with parse_constant builds a new one each time).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 class NativeToolCallInterpreter:
     """Reads the reply's native tool calls (the Interpreter seam). Pure and deterministic.
 
@@ -108,7 +112,7 @@ def _arguments(raw: Mapping[str, Any] | str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        value = _DECODER.decode(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(str(exc)) from None
     if not isinstance(value, dict):

@@ -668,7 +668,8 @@ class RunDriver:
             try:
                 self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
             except LeaseLost:
-                log.error("run %s lost its lease; its next write will be refused", self.run_id)
+                if not self._ended:  # an end record releases the lease: nothing was lost
+                    log.error("run %s lost its lease; its next write is refused", self.run_id)
                 return
             except Exception:
                 log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
