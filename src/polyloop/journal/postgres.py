@@ -65,7 +65,6 @@ from ..types import (
     JournalError,
     Lease,
     LeaseLost,
-    Limits,
     PolyLoopError,
     Record,
     RunExists,
@@ -74,7 +73,6 @@ from ..types import (
     RunSpec,
     StepRecord,
     canonical_json,
-    record_from_dict,
 )
 from ._owner import new_owner, owner_is_dead
 from .sqlite import (
@@ -88,9 +86,9 @@ from .sqlite import (
     JOURNAL_SCHEMA_VERSION,
     _Append,
     _check_journal_version,
-    _damaged,
     _json_default,
     _major,
+    _parse_run,
     _prepare,
     _step_from_row,
     _wait_uninterrupted,
@@ -882,42 +880,6 @@ class PostgresJournal:
 
 
 # -- reading ----------------------------------------------------------------------------------
-
-
-def _parse_run(
-    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]]
-) -> tuple[RunSpec, tuple[Record, ...]]:
-    goal, history_json, metadata_json, limits_json, wording, created_at, version = row
-    _check_journal_version(version, f"run {run_id!r}")
-    try:
-        history = json.loads(history_json)
-        metadata = None if metadata_json is None else json.loads(metadata_json)
-        limits = Limits.from_dict(json.loads(limits_json))
-        if not isinstance(history, list) or not (metadata is None or isinstance(metadata, dict)):
-            raise TypeError("history must be a list and metadata an object")
-    except (TypeError, ValueError) as exc:
-        raise JournalError(
-            f"run {run_id!r}: its runs row is damaged ({type(exc).__name__}: {exc}); "
-            "the journal was not modified"
-        ) from exc
-    spec = RunSpec(run_id, goal, limits, created_at, tuple(history), metadata, wording)
-    records: list[Record] = []
-    for expected, (seq, kind, body) in enumerate(rows, start=1):
-        if seq != expected:
-            raise _damaged(
-                run_id, expected, f"is out of order or missing (seq {seq} stands in its place)"
-            )
-        try:
-            data = json.loads(body)
-        except (TypeError, ValueError) as exc:
-            raise _damaged(run_id, seq, f"is not valid JSON ({exc})") from exc
-        if not isinstance(data, dict) or data.get("kind") != kind:
-            raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
-        try:
-            records.append(record_from_dict(data))
-        except JournalError as exc:
-            raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
-    return spec, tuple(records)
 
 
 if TYPE_CHECKING:

@@ -1028,6 +1028,17 @@ def _read_run(conn: sqlite3.Connection, run_id: str) -> tuple[RunSpec, tuple[Rec
     rows = conn.execute(
         "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
     ).fetchall()
+    return _parse_run(run_id, row, rows)
+
+
+def _parse_run(
+    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]]
+) -> tuple[RunSpec, tuple[Record, ...]]:
+    """A run's spec and records from its ``runs`` row and ``journal`` rows (any backend).
+
+    Raises:
+        JournalError: a field, a record or the ``seq`` numbering is damaged.
+    """
     goal, history_json, metadata_json, limits_json, wording, created_at, version = row
     _check_journal_version(version, f"run {run_id!r}")
     try:
