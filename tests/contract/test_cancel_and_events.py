@@ -303,3 +303,20 @@ async def test_the_result_carries_counters_timestamps_usage_and_messages() -> No
     assert r.ended_at >= r.started_at
     assert r.messages[-1] == {"role": "assistant", "content": "done"}
     assert r.pending_action is None
+
+
+async def test_a_live_run_renews_its_lease_every_third_of_its_duration() -> None:
+    renewals: list[float] = []
+
+    class Counting(RecordingJournal):
+        async def renew(self, lease: Any, *, ttl_s: float) -> Any:
+            renewals.append(ttl_s)
+            return await super().renew(lease, ttl_s=ttl_s)
+
+    async def slow(request: ModelRequest) -> ModelReply:
+        await asyncio.sleep(0.35)  # a slow model call: about three heartbeats at ttl 0.3 s
+        return ModelReply("done")
+
+    r = await Loop(FunctionModel(slow), journal=Counting(), lease_ttl_s=0.3).run("g")
+    assert r.stop_reason == StopReason.agent_finished
+    assert len(renewals) >= 2 and set(renewals) == {0.3}
