@@ -68,6 +68,20 @@ JournalOpt = Annotated[
 ]
 
 
+# Options shared by the commands that start runs (run, batch).
+ModelOpt = Annotated[
+    str, typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini.")
+]
+WorkspaceOpt = Annotated[
+    Path, typer.Option("--workspace", help="Folder the tools work in (must exist).")
+]
+ToolsOpt = Annotated[str, typer.Option("--tools", help="Comma-separated tool sets: files, shell.")]
+BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible server URL.")]
+MaxStepsOpt = Annotated[int, typer.Option("--max-steps")]
+MaxActionsOpt = Annotated[int | None, typer.Option("--max-actions")]
+MaxPromptCharsOpt = Annotated[int | None, typer.Option("--max-prompt-chars")]
+
+
 def exit_code(stop_reason: str) -> int:
     """The process exit code for a stop reason."""
     return EXIT_BY_REASON.get(str(stop_reason), EXIT_UNKNOWN_REASON)
@@ -108,21 +122,13 @@ def demo() -> None:
 @app.command()
 def run(
     goal: Annotated[str, typer.Argument(help="What the run is for.")],
-    model: Annotated[
-        str, typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini.")
-    ],
-    workspace: Annotated[
-        Path, typer.Option("--workspace", help="Folder the tools work in (must exist).")
-    ] = Path("."),
-    tools: Annotated[
-        str, typer.Option("--tools", help="Comma-separated tool sets: files, shell.")
-    ] = "files,shell",
-    base_url: Annotated[
-        str | None, typer.Option("--base-url", help="OpenAI-compatible server URL.")
-    ] = None,
-    max_steps: Annotated[int, typer.Option("--max-steps")] = 30,
-    max_actions: Annotated[int | None, typer.Option("--max-actions")] = None,
-    max_prompt_chars: Annotated[int | None, typer.Option("--max-prompt-chars")] = None,
+    model: ModelOpt,
+    workspace: WorkspaceOpt = Path("."),
+    tools: ToolsOpt = "files,shell",
+    base_url: BaseUrlOpt = None,
+    max_steps: MaxStepsOpt = 30,
+    max_actions: MaxActionsOpt = None,
+    max_prompt_chars: MaxPromptCharsOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     journal: JournalOpt = None,
 ) -> None:
@@ -542,21 +548,13 @@ def batch(
     file: Annotated[
         Path, typer.Argument(help='JSONL: one {"goal": ..., "run_id"?, "metadata"?} a line.')
     ],
-    model: Annotated[
-        str, typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini.")
-    ],
-    workspace: Annotated[
-        Path, typer.Option("--workspace", help="Folder the tools work in (must exist).")
-    ] = Path("."),
-    tools: Annotated[
-        str, typer.Option("--tools", help="Comma-separated tool sets: files, shell.")
-    ] = "files,shell",
-    base_url: Annotated[
-        str | None, typer.Option("--base-url", help="OpenAI-compatible server URL.")
-    ] = None,
-    max_steps: Annotated[int, typer.Option("--max-steps")] = 30,
-    max_actions: Annotated[int | None, typer.Option("--max-actions")] = None,
-    max_prompt_chars: Annotated[int | None, typer.Option("--max-prompt-chars")] = None,
+    model: ModelOpt,
+    workspace: WorkspaceOpt = Path("."),
+    tools: ToolsOpt = "files,shell",
+    base_url: BaseUrlOpt = None,
+    max_steps: MaxStepsOpt = 30,
+    max_actions: MaxActionsOpt = None,
+    max_prompt_chars: MaxPromptCharsOpt = None,
     journal: BatchJournalOpt = None,
     backend: Annotated[
         str,
