@@ -85,9 +85,8 @@ from .sqlite import (
     _UPSERT_CALL,
     JOURNAL_SCHEMA_VERSION,
     _Append,
-    _check_journal_version,
+    _check_meta,
     _json_default,
-    _major,
     _parse_run,
     _prepare,
     _step_from_row,
@@ -109,7 +108,6 @@ log = logging.getLogger("polyloop")
 _INSTALL_HINT: Final = (
     "the PostgreSQL journal needs psycopg and psycopg-pool: pip install 'polyloop[postgres]'"
 )
-_STEP_MAJOR = 1
 _T = TypeVar("_T")
 
 
@@ -840,20 +838,7 @@ class PostgresJournal:
                 f"{where} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch "
                 "it (it was not modified)"
             ) from None
-        version = meta.get("journal_schema_version")
-        if version is None:
-            raise JournalError(
-                f"{where} has a 'meta' table without journal_schema_version: not a PolyLoop "
-                "journal (it was not modified)"
-            )
-        _check_journal_version(version, f"the journal {where}")
-        step_version = meta.get("step_schema_version", STEP_SCHEMA_VERSION)
-        if _major(step_version) != _STEP_MAJOR:
-            raise JournalError(
-                f"the journal {where} has step record schema version {step_version!r}; this "
-                f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major "
-                f"{_STEP_MAJOR}): upgrade polyloop to read it (it was not modified)"
-            )
+        _check_meta(meta, where)
         missing = _TABLES - names
         if missing:
             raise JournalError(

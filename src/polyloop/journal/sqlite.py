@@ -573,6 +573,25 @@ def _schema_names(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
 
 
+def _check_meta(meta: Mapping[str, Any], where: str) -> None:
+    """Refuse a journal whose ``meta`` lacks the journal schema version or holds an unknown
+    major version of either schema (the journal's or the step record's). Any backend."""
+    version = meta.get("journal_schema_version")
+    if version is None:
+        raise JournalError(
+            f"{where} has a 'meta' table without journal_schema_version: not a PolyLoop "
+            "journal (it was not modified)"
+        )
+    _check_journal_version(version, f"the journal {where}")
+    step_version = meta.get("step_schema_version", STEP_SCHEMA_VERSION)
+    if _major(step_version) != _STEP_MAJOR:
+        raise JournalError(
+            f"the journal {where} has step record schema version {step_version!r}; this "
+            f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major {_STEP_MAJOR}): "
+            "upgrade polyloop to read it (it was not modified)"
+        )
+
+
 def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> None:
     if "meta" not in names:
         shown = ", ".join(sorted(names)[:8])
@@ -581,21 +600,7 @@ def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> Non
             "PolyLoop 'meta' table); refusing to touch it (it was not modified). Pass the path "
             "of a PolyLoop journal or of a new file."
         )
-    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-    version = meta.get("journal_schema_version")
-    if version is None:
-        raise JournalError(
-            f"{path} has a 'meta' table without journal_schema_version: not a PolyLoop journal "
-            "(it was not modified)"
-        )
-    _check_journal_version(version, f"the journal {path}")
-    step_version = meta.get("step_schema_version", STEP_SCHEMA_VERSION)
-    if _major(step_version) != _STEP_MAJOR:
-        raise JournalError(
-            f"the journal {path} has step record schema version {step_version!r}; this "
-            f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major {_STEP_MAJOR}): "
-            "upgrade polyloop to read it (the file was not modified)"
-        )
+    _check_meta(dict(conn.execute("SELECT key, value FROM meta").fetchall()), str(path))
     missing = _TABLES - names
     if missing:
         raise JournalError(
