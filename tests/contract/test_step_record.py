@@ -359,3 +359,25 @@ async def test_wall_time_covers_model_and_action() -> None:
 
 def test_canonical_json_is_sorted_compact_and_unicode() -> None:
     assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{}, [], "x\"\n\u2028é", 3, -0.5, None, True, {"b": [1, {"d": None, "c": 1e300}], "a": "é"}],
+)
+def test_canonical_json_is_json_dumps_with_the_canonical_settings(value: object) -> None:
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_json(value) == expected
+
+
+def test_canonical_json_refuses_what_json_cannot_hold_and_recovers() -> None:
+    holder: list[object] = [object()]
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        canonical_json(holder)
+    holder[0] = 1  # the same list again: a failed call must not leave it marked as "seen"
+    assert canonical_json(holder) == "[1]"
+    holder.append(holder)
+    with pytest.raises(ValueError, match="Circular reference"):
+        canonical_json(holder)
+    holder.pop()
+    assert canonical_json([holder, holder]) == "[[1],[1]]"
