@@ -61,10 +61,22 @@ def process_start(pid: int) -> str | None:
     return rest[19] if len(rest) > 19 else None
 
 
+_self_cache: tuple[int, str] | None = None
+
+
+def _self_prefix() -> str:
+    """``<host id>/<pid>/<start time>`` of this process, read from /proc once per process (a
+    forked child has another pid and reads its own)."""
+    global _self_cache
+    pid = os.getpid()
+    if _self_cache is None or _self_cache[0] != pid:
+        _self_cache = (pid, f"{host_id()}/{pid}/{process_start(pid) or '?'}")
+    return _self_cache[1]
+
+
 def new_owner() -> str:
     """A fresh owner identity for one execution of a run."""
-    pid = os.getpid()
-    return str(OwnerId(host_id(), pid, process_start(pid) or "?", secrets.token_hex(8)))
+    return f"{_self_prefix()}/{secrets.token_hex(8)}"
 
 
 def parse_owner(owner: str) -> OwnerId | None:
