@@ -72,45 +72,58 @@ class StepRecord:
     """Version of this record's format; a reader meeting an unknown major fails loudly."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "step_idx",
-            "response_chars",
-            "reasoning_chars",
-            "observation_truncated_chars",
-            "prompt_chars",
-        ):
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise _fail(name, "an int >= 0", value)
+        # Straight-line checks (no loops over names, no getattr): every step passes here.
+        if type(self.step_idx) is not int or self.step_idx < 0:
+            raise _fail("step_idx", "an int >= 0", self.step_idx)
+        if type(self.response_chars) is not int or self.response_chars < 0:
+            raise _fail("response_chars", "an int >= 0", self.response_chars)
+        if type(self.reasoning_chars) is not int or self.reasoning_chars < 0:
+            raise _fail("reasoning_chars", "an int >= 0", self.reasoning_chars)
+        n = self.observation_truncated_chars
+        if type(n) is not int or n < 0:
+            raise _fail("observation_truncated_chars", "an int >= 0", n)
+        if type(self.prompt_chars) is not int or self.prompt_chars < 0:
+            raise _fail("prompt_chars", "an int >= 0", self.prompt_chars)
         if not isinstance(self.raw_response, str):
             raise _fail("raw_response", "a str", self.raw_response)
-        for name in ("action", "parse_error", "observation", "tool_name", "tool_args_json"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise _fail(name, "a str or None", value)
-        for name in ("parse_ok", "observation_synthetic", "completed"):
-            if type(getattr(self, name)) is not bool:
-                raise _fail(name, "a bool", getattr(self, name))
-        if self.llm_call_id is not None and (
-            not isinstance(self.llm_call_id, str) or not self.llm_call_id
+        if self.action is not None and not isinstance(self.action, str):
+            raise _fail("action", "a str or None", self.action)
+        if self.parse_error is not None and not isinstance(self.parse_error, str):
+            raise _fail("parse_error", "a str or None", self.parse_error)
+        if self.observation is not None and not isinstance(self.observation, str):
+            raise _fail("observation", "a str or None", self.observation)
+        if self.tool_name is not None and not isinstance(self.tool_name, str):
+            raise _fail("tool_name", "a str or None", self.tool_name)
+        if self.tool_args_json is not None and not isinstance(self.tool_args_json, str):
+            raise _fail("tool_args_json", "a str or None", self.tool_args_json)
+        if type(self.parse_ok) is not bool:
+            raise _fail("parse_ok", "a bool", self.parse_ok)
+        if type(self.observation_synthetic) is not bool:
+            raise _fail("observation_synthetic", "a bool", self.observation_synthetic)
+        if type(self.completed) is not bool:
+            raise _fail("completed", "a bool", self.completed)
+        call_id = self.llm_call_id
+        if call_id is not None and (not isinstance(call_id, str) or not call_id):
+            raise _fail("llm_call_id", 'None or a non-empty str (never "")', call_id)
+        wall = self.step_wall_ms
+        if type(wall) is not float and (
+            isinstance(wall, bool) or not isinstance(wall, int | float)
         ):
-            raise _fail("llm_call_id", 'None or a non-empty str (never "")', self.llm_call_id)
-        if isinstance(self.step_wall_ms, bool) or not isinstance(self.step_wall_ms, int | float):
-            raise _fail("step_wall_ms", "a number", self.step_wall_ms)
-        if self.step_wall_ms < 0:
-            raise _fail("step_wall_ms", "a number >= 0", self.step_wall_ms)
-        if self.action_status is not None and not isinstance(self.action_status, ActionStatus):
+            raise _fail("step_wall_ms", "a number", wall)
+        if wall < 0:
+            raise _fail("step_wall_ms", "a number >= 0", wall)
+        status = self.action_status
+        if status is not None and type(status) is not ActionStatus:
             try:
-                object.__setattr__(self, "action_status", ActionStatus(self.action_status))
+                object.__setattr__(self, "action_status", ActionStatus(status))
             except ValueError:
-                raise _fail(
-                    "action_status", "an ActionStatus or None", self.action_status
-                ) from None
-        _check_version(self.schema_version)
+                raise _fail("action_status", "an ActionStatus or None", status) from None
+        if self.schema_version is not STEP_SCHEMA_VERSION:
+            _check_version(self.schema_version)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-ready (``action_status`` as its string)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {name: getattr(self, name) for name in _FIELD_NAMES}
         if self.action_status is not None:
             out["action_status"] = self.action_status.value
         return out
@@ -129,9 +142,8 @@ class StepRecord:
         """
         version = data.get("schema_version", STEP_SCHEMA_VERSION)
         _check_version(version)
-        known = {f.name for f in fields(cls)}
         # A newer minor version may add fields with defaults: they are read past, not refused.
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})
 
     @classmethod
     def from_json(cls, text: str) -> StepRecord:
@@ -140,6 +152,10 @@ class StepRecord:
         if not isinstance(data, dict):
             raise TypeError("a step record must be a JSON object")
         return cls.from_dict(data)
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(StepRecord))
+_FIELD_SET = frozenset(_FIELD_NAMES)
 
 
 def _check_version(version: object) -> None:
