@@ -26,13 +26,19 @@ when the run ends (``status = 'ended'``). A running run's progress is in ``steps
 Keeping them out of the per-step writes is deliberate: a step never rewrites the ``runs`` row,
 which holds the run's history (see "bytes per step" below).
 
-Writes. One writer thread owns the write connection. Each write (``append``, ``create``, a
-lease change) runs in its own SAVEPOINT inside one ``BEGIN IMMEDIATE`` transaction shared with
-whatever else was queued meanwhile (group commit: one fsync for many runs). A conflict (lease
-lost, a duplicate key) rolls back only that savepoint and fails only that call; the callers are
-answered only after ``COMMIT`` returned, so a run proceeds only once its record is durable.
-Every ``append`` is fenced in its transaction by ``UPDATE runs SET owner = owner WHERE run_id =
-? AND owner = ?``: 0 rows means the lease is no longer ours (``LeaseLost``, nothing written).
+Writes. One writer thread owns the write connection. The writes queued meanwhile (``append``,
+``create``, lease changes) share one ``BEGIN IMMEDIATE`` transaction (group commit: one fsync
+for many runs), run first without savepoints; if one of them fails (lease lost, a duplicate
+key), the transaction is rolled back and the batch runs again with a SAVEPOINT per write, so
+the conflict fails only that call. The callers are answered only after ``COMMIT`` returned, with
+one wake-up of their event loop per batch, so a run proceeds only once its record is durable.
+Every ``append`` is fenced in its transaction: by ``UPDATE runs SET owner = owner WHERE run_id
+= ? AND owner = ?`` (0 rows: the lease is no longer ours, ``LeaseLost``, nothing written), or
+from memory when that proves the same: this connection's last committed write of the run left
+it owned by this execution, and no other connection has committed since (``PRAGMA
+data_version``, read under the write lock). Every write of this connection that changes an
+owner updates that memory.
+
 Reads run in worker threads on their own connections (WAL: readers never wait for the writer),
 so the event loop never waits on SQLite.
 
@@ -259,7 +265,7 @@ def _damaged(run_id: str, seq: int, why: str) -> JournalError:
     )
 
 
-def _lease_lost(conn: sqlite3.Connection, lease: Lease) -> PolyLoopError:
+def _lease_lost(conn: sqlite3.Cursor, lease: Lease) -> PolyLoopError:
     row = conn.execute("SELECT owner FROM runs WHERE run_id = ?", (lease.run_id,)).fetchone()
     if row is None:
         return RunNotFound(lease.run_id)
@@ -273,8 +279,8 @@ def _error_text(error: ErrorInfo) -> str:
     return f"{error.type}: {error.message} [kind={error.kind}, retryable={error.retryable}]"
 
 
-def _step_row(step: StepRecord) -> tuple[Any, ...]:
-    d = step.to_dict()
+def _step_row(d: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A ``steps`` row (without its run_id) from ``StepRecord.to_dict()`` output."""
     return tuple(int(d[name]) if name in _STEP_BOOLS else d[name] for name in _STEP_NAMES)
 
 
@@ -310,24 +316,47 @@ class _Seqs:
         self.changes[run_id] = value
 
 
-_Fn = Callable[[sqlite3.Connection, _Seqs], Any]
+_Fn = Callable[[sqlite3.Cursor, _Seqs], Any]
+"""A write, run by the writer thread on its one cursor inside the batch transaction."""
 
 
-@dataclass(slots=True)
 class _Job:
-    fn: _Fn
-    run_id: str | None
-    loop: asyncio.AbstractEventLoop
-    fut: asyncio.Future[Any]
+    """One write: its function, and its answer once its transaction ended (set on the event
+    loop's thread). ``fut`` is what the writer awaits; if that wait is cancelled, ``waiter``
+    (made on demand) tells when the answer arrived."""
+
+    __slots__ = ("answered", "fn", "fut", "loop", "ok", "run_id", "value", "waiter")
+
+    def __init__(
+        self,
+        fn: _Fn,
+        run_id: str | None,
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future[Any],
+    ) -> None:
+        self.fn = fn
+        self.run_id = run_id
+        self.loop = loop
+        self.fut = fut
+        self.answered = False
+        self.ok = False
+        self.value: Any = None
+        self.waiter: asyncio.Future[None] | None = None
 
 
-def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if fut.done():
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
+def _settle(answers: list[tuple[_Job, bool, Any]]) -> None:
+    """Give a batch's jobs their answers (on their event loop's thread: one wake per batch)."""
+    for job, ok, value in answers:
+        job.answered, job.ok, job.value = True, ok, value
+        fut = job.fut
+        if not fut.done():
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+        waiter = job.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 def _wrap_sqlite(exc: sqlite3.Error, path: str, what: str) -> JournalError:
@@ -344,12 +373,14 @@ class _Writer:
 
     def __init__(self, conn: sqlite3.Connection, path: str, *, group_commit: bool) -> None:
         self._conn = conn
+        self._cur = conn.cursor()  # one cursor for every statement: cheaper than conn.execute
         self._path = path
         self._max_batch = 512 if group_commit else 1
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self._seqs: dict[str, tuple[str, int]] = {}
+        self._data_version: int | None = None
         self.commits = 0
         """Transactions committed (for tests and benchmarks: shows batching)."""
         self._thread = threading.Thread(
@@ -408,17 +439,61 @@ class _Writer:
                 except queue.Empty:
                     break
                 if left is not None:
-                    self._resolve(left, False, closed)
+                    self._resolve([(left, False, closed)])
             self._conn.close()
 
-    def _run_batch(self, jobs: list[_Job]) -> None:
-        conn = self._conn
+    def _begin(self, jobs: list[_Job]) -> bool:
+        """``BEGIN IMMEDIATE``; False (every job failed) if it could not start. Drops the
+        next-``seq`` cache when another connection committed since this one last looked
+        (``PRAGMA data_version``): the cache is then no proof of who owns a run."""
+        cur = self._cur
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN IMMEDIATE")
+            version = cur.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    cur.execute("ROLLBACK")
             err = exc
             self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "starting a write transaction"))
+            return False
+        if version != self._data_version:
+            self._seqs.clear()
+            self._data_version = version
+        return True
+
+    def _run_batch(self, jobs: list[_Job]) -> None:
+        """Every job in one transaction. First without savepoints (the common case: nothing
+        fails); if a job fails, roll back and run the batch again with a savepoint per job,
+        so only the failing job fails. A batch of one job just fails."""
+        if not self._begin(jobs):
             return
+        conn = self._cur
+        batch: dict[str, tuple[str, int] | None] = {}
+        done: list[tuple[_Job, bool, Any]] = []
+        for job in jobs:
+            seqs = _Seqs(self._seqs, batch)
+            try:
+                value = job.fn(conn, seqs)
+            except Exception as exc:
+                self._rollback()
+                if len(jobs) > 1:
+                    self._run_batch_isolated(jobs)
+                    return
+                if job.run_id is not None:
+                    self._seqs.pop(job.run_id, None)
+                self._resolve([(job, False, self._job_error(job, exc))])
+                return
+            batch.update(seqs.changes)
+            done.append((job, True, value))
+        self._commit(jobs, batch, done)
+
+    def _run_batch_isolated(self, jobs: list[_Job]) -> None:
+        """The batch again, each job in its own savepoint: one job's failure (lease lost, a
+        duplicate key) rolls back only that job."""
+        if not self._begin(jobs):
+            return
+        conn = self._cur
         batch: dict[str, tuple[str, int] | None] = {}
         done: list[tuple[_Job, bool, Any]] = []
         try:
@@ -432,20 +507,28 @@ class _Writer:
                     conn.execute("RELEASE job")
                     if job.run_id is not None:
                         batch[job.run_id] = None  # reload the next seq before trusting it
-                    if isinstance(exc, sqlite3.Error):
-                        exc = _wrap_sqlite(exc, self._path, f"writing run {job.run_id!r}")
-                    done.append((job, False, exc))
+                    done.append((job, False, self._job_error(job, exc)))
                 else:
                     conn.execute("RELEASE job")
                     batch.update(seqs.changes)
                     done.append((job, True, value))
-            conn.execute("COMMIT")
+        except sqlite3.Error as exc:  # a savepoint statement failed: nothing lands
+            self._rollback()
+            err = exc
+            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "a write transaction"))
+            return
+        self._commit(jobs, batch, done)
+
+    def _commit(
+        self,
+        jobs: list[_Job],
+        batch: dict[str, tuple[str, int] | None],
+        done: list[tuple[_Job, bool, Any]],
+    ) -> None:
+        try:
+            self._cur.execute("COMMIT")
         except sqlite3.Error as exc:  # the transaction as a whole failed: nothing landed
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    log.exception("SQLite journal %s: rollback failed", self._path)
+            self._rollback()
             for job in jobs:
                 if job.run_id is not None:
                     self._seqs.pop(job.run_id, None)
@@ -458,18 +541,33 @@ class _Writer:
                 self._seqs.pop(run_id, None)
             else:
                 self._seqs[run_id] = value
-        for job, ok, value in done:
-            self._resolve(job, ok, value)
+        self._resolve(done)
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            try:
+                self._cur.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.exception("SQLite journal %s: rollback failed", self._path)
+
+    def _job_error(self, job: _Job, exc: Exception) -> Exception:
+        if isinstance(exc, sqlite3.Error):
+            return _wrap_sqlite(exc, self._path, f"writing run {job.run_id!r}")
+        return exc
 
     def _abort(self, jobs: list[_Job], error: Callable[[], Exception]) -> None:
         """Fail every job, each with its own exception instance."""
-        for job in jobs:
-            self._resolve(job, False, error())
+        self._resolve([(job, False, error()) for job in jobs])
 
     @staticmethod
-    def _resolve(job: _Job, ok: bool, value: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # a closed event loop: nobody waits any more
-            job.loop.call_soon_threadsafe(_settle, job.fut, ok, value)
+    def _resolve(answers: list[tuple[_Job, bool, Any]]) -> None:
+        """Hand the answers to their event loops: one wake-up per loop, not per job."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, bool, Any]]] = {}
+        for answer in answers:
+            by_loop.setdefault(answer[0].loop, []).append(answer)
+        for loop, mine in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed event loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, mine)
 
 
 # -- read connections -------------------------------------------------------------------------
@@ -649,7 +747,8 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     run_id = lease.run_id
     p = _Append(lease)
     for r in records:
-        p.rows.append((r.kind, canonical_json(record_to_dict(r))))
+        body = record_to_dict(r)
+        p.rows.append((r.kind, canonical_json(body)))
         match r:
             case ModelIntent():
                 p.calls.append(("intent", (run_id, r.step_idx, r.intent_id, r.attempt)))
@@ -691,8 +790,8 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                         ),
                     )
                 )
-            case StepWritten(step):
-                p.steps.append((run_id, *_step_row(step)))
+            case StepWritten():
+                p.steps.append((run_id, *_step_row(body["step"])))
             case RunEnd():
                 p.end = r
             case _:
@@ -701,19 +800,23 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
 
 
 def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
-    def run(conn: sqlite3.Connection, seqs: _Seqs) -> None:
+    def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
         run_id, owner = p.lease.run_id, p.lease.owner
-        # The fence: it matches only while this execution holds the lease. It changes no
-        # byte of the row (owner = owner), so it writes nothing and never copies the history.
-        cur = conn.execute(
-            "UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?", (run_id, owner)
-        )
-        if cur.rowcount != 1:
-            raise _lease_lost(conn, p.lease)
         cached = seqs.get(run_id)
         if cached is not None and cached[0] == owner:
+            # The fence, from memory: this connection's last committed write of the run left
+            # it owned by this execution, no write of this connection changed the owner since
+            # (those update the cache), and no other connection committed anything since
+            # (``PRAGMA data_version``, checked under the write lock this transaction holds).
             nxt = cached[1]
         else:
+            # The fence: it matches only while this execution holds the lease. It changes no
+            # byte of the row (owner = owner), so it writes nothing and never copies the history.
+            cur = conn.execute(
+                "UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?", (run_id, owner)
+            )
+            if cur.rowcount != 1:
+                raise _lease_lost(conn, p.lease)
             nxt = conn.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
@@ -726,7 +829,8 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
             conn.executemany(_INSERT_STEP, p.steps)
         for op, args in p.calls:
             if op == "intent":
-                conn.execute(_MARK_UNCERTAIN, (args[2], args[3]))
+                if args[3] > 1:  # earlier attempts of this intent still pending: lost
+                    conn.execute(_MARK_UNCERTAIN, (args[2], args[3]))
                 conn.execute(_INSERT_INTENT, args)
             else:
                 conn.execute(_UPSERT_CALL, args)
@@ -855,7 +959,7 @@ class SQLiteJournal:
         owner = new_owner()
         clock = self._clock
 
-        def run(conn: sqlite3.Connection, seqs: _Seqs) -> Lease:
+        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
             expires = clock() + ttl_s
             cur = conn.execute(
                 _INSERT_RUN,
@@ -889,7 +993,7 @@ class SQLiteJournal:
         owner = new_owner()
         clock = self._clock
 
-        def run(conn: sqlite3.Connection, seqs: _Seqs) -> Lease:
+        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
             row = conn.execute(
                 "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -930,7 +1034,7 @@ class SQLiteJournal:
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         clock = self._clock
 
-        def run(conn: sqlite3.Connection, seqs: _Seqs) -> Lease:
+        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
             expires = clock() + ttl_s
             cur = conn.execute(
                 "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ?",
@@ -972,31 +1076,28 @@ class SQLiteJournal:
         failed, propagates instead). ``give_back``: a lease the cancelled write took is
         released, since the caller never gets it."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._writer.submit(_Job(fn, run_id, loop, fut))
+        job = _Job(fn, run_id, loop, loop.create_future())
+        self._writer.submit(job)
         try:
-            return await asyncio.shield(fut)
+            return await job.fut
         except asyncio.CancelledError:
-            await _wait_uninterrupted(fut)
-            exc = fut.exception()
-            if exc is not None:
-                raise exc from exc.__cause__
-            if give_back and isinstance(fut.result(), Lease):
-                await self._give_back(fut.result())
+            await _wait_answer(job)
+            if not job.ok:
+                raise job.value from job.value.__cause__
+            if give_back and isinstance(job.value, Lease):
+                await self._give_back(job.value)
             raise
 
     async def _give_back(self, lease: Lease) -> None:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        job = _Job(_release_fn(lease), lease.run_id, loop, loop.create_future())
         try:
-            self._writer.submit(_Job(_release_fn(lease), lease.run_id, loop, fut))
+            self._writer.submit(job)
         except JournalError:
             return
-        await _wait_uninterrupted(fut)
-        if fut.exception() is not None:
-            log.warning(
-                "run %s: could not release its lease", lease.run_id, exc_info=fut.exception()
-            )
+        await _wait_answer(job)
+        if not job.ok:
+            log.warning("run %s: could not release its lease", lease.run_id, exc_info=job.value)
 
 
 async def _wait_uninterrupted(fut: asyncio.Future[Any]) -> None:
@@ -1008,8 +1109,25 @@ async def _wait_uninterrupted(fut: asyncio.Future[Any]) -> None:
             continue
 
 
+async def _wait_answer(job: _Job) -> None:
+    """Wait for ``job``'s answer even through repeated cancellation (the caller re-raises
+    after)."""
+    fut = job.fut
+    if not fut.done():
+        fut.cancel()  # the answer goes to job.value alone
+    elif not fut.cancelled():
+        fut.exception()  # retrieved here: the caller reads job.value
+    while not job.answered:
+        if job.waiter is None:
+            job.waiter = job.loop.create_future()
+        try:
+            await asyncio.wait({job.waiter})
+        except asyncio.CancelledError:
+            continue
+
+
 def _release_fn(lease: Lease) -> _Fn:
-    def run(conn: sqlite3.Connection, seqs: _Seqs) -> None:
+    def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
         conn.execute(
             "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?",
             (lease.run_id, lease.owner),
