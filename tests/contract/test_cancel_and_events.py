@@ -320,3 +320,6 @@ async def test_a_live_run_renews_its_lease_every_third_of_its_duration() -> None
     r = await Loop(FunctionModel(slow), journal=Counting(), lease_ttl_s=0.3).run("g")
     assert r.stop_reason == StopReason.agent_finished
     assert len(renewals) >= 2 and set(renewals) == {0.3}
+    seen = len(renewals)
+    await asyncio.sleep(0.25)  # more than a heartbeat period: an ended run renews nothing
+    assert len(renewals) == seen

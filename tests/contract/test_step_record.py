@@ -363,7 +363,7 @@ def test_canonical_json_is_sorted_compact_and_unicode() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [{}, [], "x\"\n\u2028é", 3, -0.5, None, True, {"b": [1, {"d": None, "c": 1e300}], "a": "é"}],
+    [{}, [], 'x"\n\u2028é', 3, -0.5, None, True, {"b": [1, {"d": None, "c": 1e300}], "a": "é"}],
 )
 def test_canonical_json_is_json_dumps_with_the_canonical_settings(value: object) -> None:
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

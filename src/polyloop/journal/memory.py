@@ -77,8 +77,9 @@ class MemoryJournal:
     async def append(self, lease: Lease, records: Sequence[Record]) -> None:
         run = self._owned(lease)
         run.records.extend(records)
-        if any(isinstance(r, RunEnd) for r in records):
-            run.owner = None
+        for r in records:
+            if isinstance(r, RunEnd):
+                run.owner = None
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         run = self._owned(lease)

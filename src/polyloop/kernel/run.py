@@ -181,13 +181,15 @@ class RunDriver:
         self._in_flight: _StepCtx | None = None
         self._action_task: asyncio.Future[Outcome] | None = None
         self._intent_written: _StepCtx | None = None
+        self._beat: asyncio.TimerHandle | None = None
+        self._renewal: asyncio.Future[None] | None = None
 
     # -- the loop -----------------------------------------------------------------------------
     async def drive(self, interrupted: Interrupted | None) -> RunResult:
         """Run to the end. Raises ``RunDetached`` after a detach, re-raises cancellation after
         writing the ``cancelled`` end record, and lets any other exception propagate with no
         end record (the run stays resumable). The lease is released on every way out."""
-        heartbeat = asyncio.ensure_future(self._heartbeat())
+        self._arm_heartbeat()
         try:
             st = self.state
             self._emit(RunStarted(self.run_id, self.spec.goal, self.resumed, len(st.steps)))
@@ -201,7 +203,7 @@ class RunDriver:
             await self._on_cancel()
             raise
         finally:
-            heartbeat.cancel()
+            self._stop_heartbeat()
             if not self._ended:
                 try:
                     await self.cfg.journal.release(self.lease)
@@ -661,18 +663,38 @@ class RunDriver:
         return task.result()
 
     # -- leases and observers -----------------------------------------------------------------
+    # The heartbeat renews the lease every third of its duration: a timer that starts a
+    # renewal task only when one is due (a task per run that sleeps costs more than the run's
+    # first steps).
+    def _arm_heartbeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._beat = loop.call_later(self.cfg.lease_ttl_s / 3, self._heartbeat_due)
+
+    def _heartbeat_due(self) -> None:
+        self._beat = None
+        self._renewal = asyncio.ensure_future(self._heartbeat())
+
+    def _stop_heartbeat(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+
     async def _heartbeat(self) -> None:
         ttl = self.cfg.lease_ttl_s
-        while True:
-            await asyncio.sleep(ttl / 3)
-            try:
-                self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
-            except LeaseLost:
-                if not self._ended:  # an end record releases the lease: nothing was lost
-                    log.error("run %s lost its lease; its next write is refused", self.run_id)
-                return
-            except Exception:
-                log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
+        try:
+            self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
+        except LeaseLost:
+            if not self._ended:  # an end record releases the lease: nothing was lost
+                log.error("run %s lost its lease; its next write is refused", self.run_id)
+            return
+        except Exception:
+            log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
+        if self._renewal is asyncio.current_task():  # not stopped meanwhile
+            self._renewal = None
+            self._arm_heartbeat()
 
     async def _keep_lease_margin(self) -> None:
         """No action starts with less than a third of the lease left."""
