@@ -1,10 +1,11 @@
 """A child process for the crash-injection harness: runs the contract scenario of
-tests/contract/test_resume.py on a SQLite journal and kills itself with SIGKILL just before
+tests/contract/test_resume.py on a durable journal and kills itself with SIGKILL just before
 or just after its n-th journal write. Tool side effects go to a file, which survives.
 
     python -m tests.durability.crash_child JOURNAL N before|after EFFECTS
 
-JOURNAL is a SQLite file, or ``postgres:DSN`` for a PostgresJournal on that DSN.
+JOURNAL is a SQLite file, or ``postgres:DSN`` for a PostgresJournal on that DSN (a store's
+``where``, tests/durability/journals.py). :class:`ForkServer` runs many such children quickly.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from polyloop.journal import SQLiteJournal
 from tests.contract.test_resume import World, new_loop
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Logged(list[str]):
@@ -54,11 +58,21 @@ class Dying:
 
 
 def open_journal(path: str) -> Any:
+    """The journal a store's ``where`` names (a PostgresJournal connects on first use)."""
     if path.startswith("postgres:"):
         from polyloop.journal import PostgresJournal
 
         return PostgresJournal(path.removeprefix("postgres:"))
     return SQLiteJournal(path)
+
+
+async def opened_journal(path: str) -> Any:
+    """:func:`open_journal`, its tables already checked (a SQLiteJournal checks them as it is
+    made; a PostgresJournal connects now)."""
+    journal = open_journal(path)
+    if isinstance(journal, SQLiteJournal):
+        return journal
+    return await journal.open()
 
 
 async def main(path: str, n: int, after: bool, effects: str, run_id: str = "r") -> None:
@@ -67,6 +81,72 @@ async def main(path: str, n: int, after: bool, effects: str, run_id: str = "r") 
     world.stored = Logged("stored", effects)
     await new_loop(world, Dying(open_journal(path), n, after)).run("pay", run_id=run_id)
     sys.exit(3)  # not reached while n is within the run's writes
+
+
+# -- the fork server --------------------------------------------------------------------------
+
+_FORK_SERVER = r"""
+import asyncio, contextlib, os, sys
+with contextlib.suppress(ImportError):  # imported once here, not in every child
+    import psycopg, psycopg_pool
+import tests.durability.crash_child as child
+
+print("ready", flush=True)
+for line in sys.stdin:
+    journal, run_id, n, when, effects = line.rstrip("\n").split("\t")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            asyncio.run(child.main(journal, int(n), when == "after", effects, run_id))
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+class ForkServer:
+    """A process that imports this module once, then forks one child per request to run
+    :func:`main` (which SIGKILLs itself around its n-th journal write) and reports how the
+    child ended. Each child is a real process holding the lease when it dies; forking spares
+    the harness a Python start and the imports for each of its crash points."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls) -> ForkServer:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _FORK_SERVER,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line.strip() == b"ready", line
+        return cls(proc)
+
+    async def crash(self, journal: str, run_id: str, n: int, after: bool, effects: Path) -> int:
+        """Run the scenario as ``run_id`` on the journal ``journal`` names, in a forked child
+        dying around write ``n``; the child's exit code."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        async with self.lock:
+            when = "after" if after else "before"
+            request = f"{journal}\t{run_id}\t{n}\t{when}\t{effects}\n"
+            self.proc.stdin.write(request.encode())
+            await self.proc.stdin.drain()
+            reply = await asyncio.wait_for(self.proc.stdout.readline(), 60)
+        return int(reply)
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
 
 
 if __name__ == "__main__":

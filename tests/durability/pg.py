@@ -1,5 +1,4 @@
-"""PostgreSQL for the PostgreSQL journal's tests: a server, a fresh schema per test, plain SQL,
-and a fork server for the SIGKILL crash harness.
+"""PostgreSQL for the PostgreSQL journal's tests: a server, a fresh schema per test, plain SQL.
 
 The server: ``POLYLOOP_TEST_PG_DSN`` when set (CI sets it from ``.ci/postgres.sh``; it must
 then work: the tests fail rather than skip). Otherwise the session starts its own throwaway
@@ -9,13 +8,11 @@ cannot be done the tests skip, saying why and how to run them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +112,9 @@ class Db:
 
     def sql(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
         """Run one statement in the schema (autocommit); its rows, or [] if it returns none."""
+        return self._execute(query, args)
+
+    def _execute(self, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         if self._conn is None:
             self._conn = connect(self.dsn)
             self._conn.execute(f"SET search_path TO {self.schema}")
@@ -125,79 +125,13 @@ class Db:
         """Every row of every table in the schema, sorted: to show nothing was modified."""
         tables = [
             r[0]
-            for r in self.sql(
-                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", self.schema
+            for r in self._execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (self.schema,)
             )
         ]
-        return {t: sorted(self.sql(f'SELECT * FROM "{t}"'), key=repr) for t in tables}
+        return {t: sorted(self._execute(f'SELECT * FROM "{t}"', ()), key=repr) for t in tables}
 
     def drop(self) -> None:
-        self.sql(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        self._execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE", ())
         self._conn.close()
         self._conn = None
-
-
-# -- the SIGKILL harness's fork server --------------------------------------------------------
-
-_FORK_SERVER = r"""
-import asyncio, os, sys
-import psycopg, psycopg_pool
-import tests.durability.crash_child as child
-
-print("ready", flush=True)
-for line in sys.stdin:
-    journal, run_id, n, when, effects = line.rstrip("\n").split("\t")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            asyncio.run(child.main(journal, int(n), when == "after", effects, run_id))
-        finally:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    print(os.waitstatus_to_exitcode(status), flush=True)
-"""
-
-
-class ForkServer:
-    """A process that imports tests/durability/crash_child.py once, then forks one child per
-    request to run :func:`crash_child.main` (which SIGKILLs itself around its n-th journal
-    write) and reports how the child ended. Each child is a real process holding the lease
-    when it dies; forking spares the harness a Python start and the imports for each of its
-    crash points."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lock = asyncio.Lock()
-
-    @classmethod
-    async def start(cls) -> ForkServer:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _FORK_SERVER,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
-        assert line.strip() == b"ready", line
-        return cls(proc)
-
-    async def crash(self, journal: str, run_id: str, n: int, after: bool, effects: Path) -> int:
-        """Run the scenario as ``run_id`` in a forked child dying around write ``n``; the
-        child's exit code."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        async with self.lock:
-            when = "after" if after else "before"
-            request = f"{journal}\t{run_id}\t{n}\t{when}\t{effects}\n"
-            self.proc.stdin.write(request.encode())
-            await self.proc.stdin.drain()
-            reply = await asyncio.wait_for(self.proc.stdout.readline(), 60)
-        return int(reply)
-
-    async def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), 10)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()

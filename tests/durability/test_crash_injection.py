@@ -1,69 +1,65 @@
-"""The crash-injection proof (durability.md, "How this is proven").
+"""The crash-injection proof (durability.md, "How this is proven"), on every durable journal.
 
-A child process runs a scripted six-step run on a SQLite journal and is killed with SIGKILL
-just before, then just after, every journal write in turn. The run is then resumed here, in
-another process, from the file the dead child left (its lease still held by the dead owner).
-For every point: a never-replay tool's side effect happened at most once; an idempotent tool
-that ran before the crash saw the same op_id again; the resumed trajectory equals the
-uncrashed one field by field except timings and per-run ids, or the run ended
+A child process runs a scripted six-step run and is killed with SIGKILL just before, then just
+after, every journal write in turn, holding its lease. The run is then resumed here, in another
+process, from what the dead child left in the store (its owner is provably dead: the run is
+taken over at once). For every point: a never-replay tool's side effect happened at most once;
+an idempotent tool that ran before the crash saw the same op_id again; the resumed trajectory
+equals the uncrashed one field by field except timings and per-run ids, or the run ended
 resume_state_unknown exactly where the replay policy demands; no step lost or duplicated.
+
+The crash points are independent runs of one store (run ``r<n>`` dies at write n), run side by
+side by children forked from a few :class:`~tests.durability.crash_child.ForkServer` s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from polyloop import ReplayPolicy, StopReason
-from polyloop.journal import SQLiteJournal
-from polyloop.types import ActionIntent
-from tests.contract.test_resume import World, comparable, new_loop, reference
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def crash_and_resume(tmp: Path, n: int, after: bool) -> tuple[Any, list[str], World]:
-    path, effects = tmp / f"j{n}{after}.db", tmp / f"fx{n}{after}.txt"
-    effects.touch()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.durability.crash_child", str(path), str(n),
-        "after" if after else "before", str(effects),
-        cwd=ROOT, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == -signal.SIGKILL, (n, after, err.decode())
-    world = World()
-    async with SQLiteJournal(path) as journal:
-        result = await new_loop(world, journal).resume("r")
-    return result, effects.read_text().splitlines(), world
+from polyloop.types import RunEnd
+from tests.contract.test_resume import World, new_loop, reference
+from tests.durability.crash_child import ForkServer
+from tests.durability.journals import Store, check_resumed, never_replay_intents
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
 async def test_sigkill_around_every_write_then_resume_in_another_process(
-    after: bool, tmp_path: Path
+    after: bool, journal_backend: Store, tmp_path: Path
 ) -> None:
+    store = journal_backend
     ref_journal, ref = await reference()
     writes = ref_journal.appends
-    never = {
-        i: batch[0] for i, batch in enumerate(writes, start=1)
-        if isinstance(batch[0], ActionIntent) and batch[0].replay_policy == ReplayPolicy.never
-    }  # fmt: skip
+    never = never_replay_intents(ref_journal)
     store_results = {  # writes holding the result of the idempotent `store` tool
         i for i, batch in enumerate(writes, start=1)
         if batch[0].kind == "action_result" and "stored" in batch[0].outcome.observation
     }  # fmt: skip
-    gate = asyncio.Semaphore(2)
+    servers = await asyncio.gather(*(ForkServer.start() for _ in range(3)))
 
-    async def one(n: int) -> tuple[int, Any, list[str], World]:
-        async with gate:
-            return (n, *await crash_and_resume(tmp_path, n, after))
+    async def one(n: int, journal: Any) -> tuple[int, Any, list[str], World]:
+        run_id = f"r{n}"
+        effects = tmp_path / f"fx{n}.txt"
+        effects.touch()
+        code = await servers[n % len(servers)].crash(store.where, run_id, n, after, effects)
+        assert code == -signal.SIGKILL, (n, code)
+        if not after or not any(isinstance(x, RunEnd) for x in writes[n - 1]):
+            owner = store.sql("SELECT owner FROM runs WHERE run_id = ?", run_id)
+            assert owner[0][0] is not None, n  # it died holding the lease
+        world = World()
+        result = await new_loop(world, journal).resume(run_id)  # taken over at once
+        return n, result, effects.read_text().splitlines(), world
 
-    outcomes = await asyncio.gather(*(one(n) for n in range(1, len(writes) + 1)))
+    try:
+        async with store.journal() as journal:  # creates the tables the children use
+            outcomes = await asyncio.gather(*(one(n, journal) for n in range(1, len(writes) + 1)))
+    finally:
+        for server in servers:
+            await server.close()
     assert len(outcomes) >= 20
     for n, r, lines, world in outcomes:
         charged = [x for x in lines if x.startswith("charged")] + world.charged
@@ -74,15 +70,13 @@ async def test_sigkill_around_every_write_then_resume_in_another_process(
             assert replayed == 1, n
         else:
             assert replayed == 0, n
-        unknown = never.get(n if after else n - 1)
-        if unknown is not None:
-            assert r.stop_reason == StopReason.resume_state_unknown, n
-            assert r.pending_action is not None
-            assert r.pending_action.tool_name == unknown.action.tool_name, n
-            k = unknown.step_idx
-            assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps[:k]]
+        if check_resumed(n, r, ref, never.get(n if after else n - 1)):
             continue
-        assert r.stop_reason == ref.stop_reason, n
-        assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps], n
-        assert (r.steps_used, r.actions_executed) == (ref.steps_used, ref.actions_executed)
         assert len(charged) == 1, n
+    # Every run ended exactly once, and its records have no duplicate or gap.
+    rows = store.sql(
+        "SELECT run_id, count(*) FILTER (WHERE kind = 'end'), count(*), max(seq) FROM journal "
+        "GROUP BY run_id"
+    )
+    assert len(rows) == len(writes)
+    assert all(ends == 1 and count == top for _, ends, count, top in rows), rows
