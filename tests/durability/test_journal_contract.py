@@ -884,8 +884,9 @@ async def test_a_newer_minor_version_opens_and_resumes(journal_backend: Store) -
     [
         ("DROP TABLE model_calls", r"lacks the tables \['model_calls'\]"),
         ("DELETE FROM meta WHERE key = 'journal_schema_version'", "without journal_schema_ver"),
+        ("ALTER TABLE model_calls DROP COLUMN error", r"model_calls lacks the columns \['error'\]"),
     ],
-    ids=["table", "meta"],
+    ids=["table", "meta", "column"],
 )
 async def test_a_damaged_schema_is_refused_untouched(
     damage: str, message: str, journal_backend: Store
@@ -893,6 +894,17 @@ async def test_a_damaged_schema_is_refused_untouched(
     store = journal_backend
     before = await damaged_run(store, damage)
     with pytest.raises(JournalError, match=message):
+        await store.open()
+    assert store.snapshot() == before
+
+
+async def test_a_meta_table_that_is_not_polyloops_is_refused_untouched(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    store.damage("CREATE TABLE meta (name TEXT)", "INSERT INTO meta VALUES ('x')")
+    before = store.snapshot()
+    with pytest.raises(JournalError, match="not PolyLoop's"):
         await store.open()
     assert store.snapshot() == before
 

@@ -218,14 +218,6 @@ async def test_a_refused_schema_fails_every_call_and_writes_nothing(db: Postgres
     assert db.dump() == before
 
 
-async def test_a_meta_table_that_is_not_polyloops_is_refused_untouched(db: PostgresStore) -> None:
-    db.damage("CREATE TABLE meta (name TEXT)", "INSERT INTO meta VALUES ('x')")
-    before = db.dump()
-    with pytest.raises(JournalError, match="not PolyLoop's"):
-        await db.open()
-    assert db.dump() == before
-
-
 async def test_a_runs_table_without_its_version_is_refused_untouched(db: PostgresStore) -> None:
     await crashed_run(db)
     db.damage("ALTER TABLE runs DROP COLUMN version")

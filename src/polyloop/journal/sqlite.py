@@ -698,13 +698,40 @@ def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> Non
             "PolyLoop 'meta' table); refusing to touch it (it was not modified). Pass the path "
             "of a PolyLoop journal or of a new file."
         )
-    _check_meta(dict(conn.execute("SELECT key, value FROM meta").fetchall()), str(path))
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.Error as exc:
+        raise JournalError(
+            f"{path} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch it "
+            "(it was not modified)"
+        ) from None
+    _check_meta(meta, str(path))
     missing = _TABLES - names
     if missing:
         raise JournalError(
             f"the PolyLoop journal {path} lacks the tables {sorted(missing)}: it is damaged "
             "(it was not modified)"
         )
+    for table, columns in _table_columns().items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        lacking = [c for c in columns if c not in have]
+        if lacking:
+            raise JournalError(
+                f"the PolyLoop journal {path}: table {table} lacks the columns {lacking}: it is "
+                "damaged (it was not modified)"
+            )
+
+
+@functools.cache
+def _table_columns() -> dict[str, tuple[str, ...]]:
+    """The columns of each table as ``_DDL`` creates them (read back from SQLite itself)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for statement in _DDL:
+            conn.execute(statement)
+        return {
+            table: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+            for table in sorted(_TABLES)
+        }
 
 
 def _create_schema(conn: sqlite3.Connection, path: str) -> None:
