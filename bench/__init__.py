@@ -8,7 +8,7 @@ importable are skipped with a note.
 
 __all__ = ["SYSTEMS"]
 
-# name -> (module, the import that must work, what it is)
+# name -> (module, the imports that must work (comma-separated), what it is)
 SYSTEMS: dict[str, tuple[str, str, str]] = {
     "floor": ("bench.floor", "asyncio", "hand-written asyncio loop (the floor)"),
     "floor_sqlite": (
@@ -18,6 +18,11 @@ SYSTEMS: dict[str, tuple[str, str, str]] = {
     ),
     "polyloop": ("bench.sys_polyloop", "polyloop", "PolyLoop, in-memory journal"),
     "polyloop_sqlite": ("bench.sys_polyloop", "polyloop", "PolyLoop, SQLiteJournal"),
+    "polyloop_postgres": (
+        "bench.sys_polyloop",
+        "psycopg,psycopg_pool",
+        "PolyLoop, PostgresJournal (a server: --pg-dsn, or one started here)",
+    ),
     "smolagents": ("bench.peer_smolagents", "smolagents", "smolagents ToolCallingAgent"),
     "mini_swe_agent": ("bench.peer_miniswe", "minisweagent", "mini-swe-agent DefaultAgent"),
     "langgraph": ("bench.peer_langgraph", "langgraph", "LangGraph create_react_agent"),

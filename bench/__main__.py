@@ -1,15 +1,19 @@
-"""``python -m bench [--quick] [--reps N] [--only SCENARIO,...] [--systems NAME,...] [--out DIR]``
+"""``python -m bench [--quick] [--reps N] [--only SCENARIO,...] [--systems NAME,...] [--out DIR]
+[--pg-dsn DSN]``
 
 Runs every configuration in its own child process, ``--reps`` times (interleaved: repetition
 r of every configuration before repetition r+1 of any), and writes ``latest.json`` (every raw
 measurement plus the aggregates) and ``latest.md`` (the ratio tables) to ``--out``
 (default ``bench/results``). Installs nothing: peers that cannot be imported are skipped and
-listed as skipped. See bench/README.md.
+listed as skipped. The PostgreSQL journal runs on ``--pg-dsn`` (or ``POLYLOOP_BENCH_PG_DSN``),
+else on a throwaway cluster started here and stopped at the end (not with ``--quick``); when
+there is none it is skipped too. See bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -20,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from . import SYSTEMS
+from . import SYSTEMS, pg
 from ._measure import Spec
 from .report import aggregate, markdown
 
@@ -91,6 +95,7 @@ def configurations(plan: Plan, systems: list[str], scenarios: list[str]) -> list
             for d in plan.single_durabilities:
                 add("polyloop_sqlite", "single", n, 1, plan.min_calls_durable, durability=d)
                 add("floor_sqlite", "single", n, 1, plan.min_calls_durable, durability=d)
+            add("polyloop_postgres", "single", n, 1, plan.min_calls_durable)
             if n <= plan.peer_max_steps:
                 for p in [*peers, "langgraph_sqlite"]:
                     add(p, "single", n, 1, plan.min_calls_peer)
@@ -117,6 +122,7 @@ def configurations(plan: Plan, systems: list[str], scenarios: list[str]) -> list
                     durability=d,
                     group_commit=gc,
                 )
+            add("polyloop_postgres", "durable", n, c, plan.min_calls_durable)
             add("floor_sqlite", "durable", n, c, plan.min_calls_durable, durability="full")
             add("langgraph_sqlite", "durable", n, c, plan.min_calls_peer)
     if "resume" in scenarios:
@@ -126,12 +132,14 @@ def configurations(plan: Plan, systems: list[str], scenarios: list[str]) -> list
 
 def available(system: str) -> str | None:
     """None if the system can run here, else why not."""
-    name = SYSTEMS[system][1]
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        found = False
-    return None if found else f"not installed here (import {name!r} failed)"
+    for name in SYSTEMS[system][1].split(","):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"not installed here (import {name!r} failed)"
+    return None
 
 
 def run_child(spec: Spec, timeout_s: float) -> dict[str, Any]:
@@ -182,6 +190,8 @@ def machine() -> dict[str, Any]:
         "pydantic-ai-slim",
         "openai-agents",
         "pydantic",
+        "psycopg",
+        "psycopg-pool",
     ):
         try:
             versions[dist] = metadata.version(dist)
@@ -205,6 +215,34 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _shown(argv: list[str]) -> list[str]:
+    """The command line as recorded: a DSN (which may hold a password) is left out."""
+    out = []
+    for i, arg in enumerate(argv):
+        hidden = arg.startswith("--pg-dsn=") or (i > 0 and argv[i - 1] == "--pg-dsn")
+        out.append("--pg-dsn=…" if arg.startswith("--pg-dsn=") else "…" if hidden else arg)
+    return out
+
+
+def run_all(specs: list[Spec], reps: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Every spec ``reps`` times, interleaved: the raw results, each with its ``rep``."""
+    raw: list[dict[str, Any]] = []
+    total = len(specs) * reps
+    for rep in range(reps):
+        for i, spec in enumerate(specs):
+            n = rep * len(specs) + i + 1
+            label = f"{spec.scenario} {spec.system} steps={spec.steps} runs={spec.runs}"
+            if spec.system.endswith("sqlite"):
+                label += f" {spec.durability}{'' if spec.group_commit else ' no-group-commit'}"
+            print(f"[{n}/{total}] {label}", file=sys.stderr, flush=True)
+            result = run_child(spec, timeout_s)
+            result["rep"] = rep
+            if not result.get("ok"):
+                print(f"    failed: {result.get('error')}", file=sys.stderr)
+            raw.append(result)
+    return raw
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a tiny configuration (seconds), for CI")
@@ -224,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         help="most concurrent runs measured for peers (default 200)",
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per child process")
+    ap.add_argument(
+        "--pg-dsn",
+        default=os.environ.get(pg.ENV),
+        help=f"PostgreSQL server for polyloop_postgres (default ${pg.ENV}; without one, a "
+        "throwaway cluster is started, except with --quick)",
+    )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args(argv)
 
@@ -248,30 +292,30 @@ def main(argv: list[str] | None = None) -> int:
     specs = configurations(plan, systems, scenarios)
     started = time.time()
     load_before = os.getloadavg()
-    raw: list[dict[str, Any]] = []
-    total = len(specs) * reps
-    for rep in range(reps):
-        for i, spec in enumerate(specs):
-            n = rep * len(specs) + i + 1
-            label = f"{spec.scenario} {spec.system} steps={spec.steps} runs={spec.runs}"
-            if spec.system.endswith("sqlite"):
-                label += f" {spec.durability}{'' if spec.group_commit else ' no-group-commit'}"
-            print(f"[{n}/{total}] {label}", file=sys.stderr, flush=True)
-            result = run_child(spec, args.timeout)
-            result["rep"] = rep
-            if not result.get("ok"):
-                print(f"    failed: {result.get('error')}", file=sys.stderr)
-            raw.append(result)
+    postgres: dict[str, Any] | None = None
+    with contextlib.ExitStack() as stack:
+        if any(spec.system == "polyloop_postgres" for spec in specs):
+            try:
+                postgres = stack.enter_context(pg.server(args.pg_dsn, start=not args.quick))
+            except pg.Unavailable as exc:
+                skipped["polyloop_postgres"] = str(exc)
+                print(f"skip polyloop_postgres: {exc}", file=sys.stderr)
+                specs = [spec for spec in specs if spec.system != "polyloop_postgres"]
+            else:
+                os.environ[pg.ENV] = postgres.pop("dsn")  # for the children; never written out
+        raw = run_all(specs, reps, args.timeout)
     doc = {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": round(time.time() - started, 1),
-        "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench "
+        + " ".join(_shown(argv if argv is not None else sys.argv[1:])),
         "quick": args.quick,
         "reps": reps,
         "plan": dataclasses.asdict(plan),
         "machine": machine(),
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "skipped": skipped,
+        "postgres": postgres,
         "results": aggregate(raw),
         "raw": raw,
     }

@@ -13,6 +13,7 @@ LABELS = {
     "floor_sqlite": "floor + 4 fsync'd commits/step",
     "polyloop": "**PolyLoop** (memory journal)",
     "polyloop_sqlite": "**PolyLoop** SQLiteJournal",
+    "polyloop_postgres": "**PolyLoop** PostgresJournal",
     "smolagents": "smolagents",
     "mini_swe_agent": "mini-swe-agent",
     "langgraph": "LangGraph",
@@ -64,6 +65,8 @@ def _metrics(r: dict[str, Any]) -> dict[str, float]:
         m["wal_bytes_per_step"] = r["journal_bytes"] / calls
     if "stored_bytes" in r:
         m["stored_bytes_per_step"] = r["stored_bytes"] / calls
+    if "server_cpu_s" in r:
+        m["server_cpu_us_per_step"] = r["server_cpu_s"] / calls * 1e6
     return m
 
 
@@ -197,8 +200,8 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += [f"Versions: {versions}.", ""]
     if doc["skipped"]:
         lines += [
-            "Skipped (not installed): "
-            + ", ".join(f"{LABELS.get(s, s)}" for s in doc["skipped"])
+            "Skipped: "
+            + "; ".join(f"{LABELS.get(s, s)} ({why})" for s, why in doc["skipped"].items())
             + ".",
             "",
         ]
@@ -226,7 +229,15 @@ def markdown(doc: dict[str, Any]) -> str:
             f"PolyLoop ÷ this @{mid}",
         ]
         rows = []
-        order = ["floor", "polyloop", *PEERS, "floor_sqlite", "polyloop_sqlite", "langgraph_sqlite"]
+        order = [
+            "floor",
+            "polyloop",
+            *PEERS,
+            "floor_sqlite",
+            "polyloop_sqlite",
+            "polyloop_postgres",
+            "langgraph_sqlite",
+        ]
         pl_mem = ix.med("wall_us_per_step", "single", "polyloop", mid)
         pl_full = ix.med("wall_us_per_step", "single", "polyloop_sqlite", mid, durability="full")
         for system in order:
@@ -245,7 +256,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 if len(measured) > 1 and measured[-1] != hi:
                     flat += f" ({measured[-1]}÷{measured[0]})"
                 this = ix.med("wall_us_per_step", "single", system, mid, durability=d)
-                durable = system in SQLITE or system == "langgraph_sqlite"
+                durable = system in (*SQLITE, "polyloop_postgres", "langgraph_sqlite")
                 ref = pl_full if durable else pl_mem
                 is_ref = (system == "polyloop") or (system == "polyloop_sqlite" and d == "full")
                 rows.append(
@@ -317,7 +328,9 @@ def markdown(doc: dict[str, Any]) -> str:
             "concurrency. Commits and fsyncs per step at the highest concurrency; fsyncs are "
             "estimated as one per commit with `synchronous=FULL` in WAL mode (checkpoints add a "
             "few), none per commit with `NORMAL`. WAL bytes = growth of the database and its "
-            "WAL; stored = after a checkpoint.",
+            "WAL; stored = after a checkpoint. PostgreSQL: WAL bytes = how far the server's WAL "
+            "position moved, stored = growth of the schema's tables with their indexes; its "
+            "journal counts no commits (one per append, see below).",
             "",
         ]
         head = [
@@ -344,6 +357,7 @@ def markdown(doc: dict[str, Any]) -> str:
                     )
                 )
         configs += [
+            ("polyloop_postgres", "PolyLoop PostgreSQL", None, None),
             ("floor_sqlite", LABELS["floor_sqlite"] + " `full`", "full", None),
             ("langgraph_sqlite", LABELS["langgraph_sqlite"], None, None),
         ]
@@ -370,6 +384,8 @@ def markdown(doc: dict[str, Any]) -> str:
                 ]
             )
         lines += [*_table(head, rows), ""]
+
+    lines += postgres(doc, ix)
 
     # -- resume ---------------------------------------------------------------------------------
     r = ix.get("resume", "polyloop_sqlite")
@@ -400,6 +416,93 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _server(info: dict[str, Any]) -> str:
+    where = (
+        "a throwaway cluster the runner started (and stopped)"
+        if info["started"]
+        else "the server given by `--pg-dsn` / `POLYLOOP_BENCH_PG_DSN`"
+    )
+    settings = ", ".join(f"{k}={v}" for k, v in info["settings"].items())
+    return f"PostgreSQL {info['version']} at {info['server']}, {where}: {settings}."
+
+
+def postgres(doc: dict[str, Any], ix: _Index) -> list[str]:
+    """PostgresJournal next to SQLiteJournal `full` (group commit on) and the memory journal,
+    in the single and durable scenarios."""
+    plan = doc["plan"]
+    cases = [("single", n, 1, f"single run, {n} steps") for n in plan["single_steps"]]
+    n = plan["durable_steps"]
+    cases += [
+        ("durable", n, c, f"{c} concurrent run{'s' * (c != 1)} × {n} steps")
+        for c in plan["durable_runs"]
+    ]
+    rows = []
+
+    def med(r: dict[str, Any] | None, metric: str) -> float | None:
+        if r is None or metric not in r["metrics"]:
+            return None
+        return float(r["metrics"][metric]["median"])
+
+    def less(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a - b
+
+    for scenario, steps, runs, name in cases:
+        p = ix.get(scenario, "polyloop_postgres", steps, runs)
+        if p is None:
+            continue
+        s = ix.get(scenario, "polyloop_sqlite", steps, runs, durability="full", gc=True)
+        m = ix.get(scenario, "polyloop", steps, runs)
+        wp, ws, wm = (med(r, "wall_us_per_step") for r in (p, s, m))
+        client, server = med(p, "cpu_us_per_step"), med(p, "server_cpu_us_per_step")
+        total = None if client is None or server is None else client + server
+        rows.append(
+            [
+                name,
+                _num(wp),
+                _num(ws),
+                _num(wm),
+                _ratio(wp, ws),
+                _ratio(wp, wm),
+                f"{_num(less(wp, wm))} / {_num(less(ws, wm))}",
+                f"{_num(client)} + {_num(server)} = {_num(total)}",
+                _num(med(s, "cpu_us_per_step")),
+                _num(med(p, "wal_bytes_per_step")),
+            ]
+        )
+    if not rows:
+        return []
+    head = [
+        "configuration",
+        "PostgreSQL µs/step",
+        "SQLite `full` µs/step",
+        "memory µs/step",
+        "PostgreSQL ÷ SQLite `full`",
+        "PostgreSQL ÷ memory",
+        "over memory µs/step: PostgreSQL / SQLite",
+        "PostgreSQL CPU µs/step: client + server",
+        "SQLite `full` CPU µs/step",
+        "PostgreSQL WAL bytes/step",
+    ]
+    info = doc.get("postgres")
+    return [
+        "## PostgreSQL journal against SQLite `full` and memory",
+        "",
+        "Medians of wall time per step; ratios are **PostgreSQL ÷ the other** (above 1 the "
+        'PostgreSQL journal is slower). SQLite is `SQLiteJournal(durability="full")` with '
+        "group commit on (its defaults). `PostgresJournal(dsn, schema=…)` uses a fresh schema "
+        "per configuration and repetition, and a pool of 10 connections (the default "
+        "`max_size`), opened before timing. Each append is one transaction (BEGIN, the fence, "
+        "the rows, COMMIT) sent in one pipelined round trip; the journal counts no commits, so "
+        "there is no commits column. Client CPU is this process's (as for SQLite, whose writer "
+        "thread is in the process); server CPU is the PostgreSQL processes' own, read from "
+        "`/proc` (10 ms ticks), when the server runs on this machine.",
+        "",
+        *([_server(info), ""] if info else []),
+        *_table(head, rows),
+        "",
+    ]
 
 
 def targets(doc: dict[str, Any], ix: _Index) -> list[str]:
@@ -486,4 +589,4 @@ def targets(doc: dict[str, Any], ix: _Index) -> list[str]:
     return ["## Targets", "", *_table(["target", "measured (median)", ""], rows), ""]
 
 
-__all__ = ["SYSTEMS", "aggregate", "markdown"]
+__all__ = ["SYSTEMS", "aggregate", "markdown", "postgres"]

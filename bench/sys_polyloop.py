@@ -1,5 +1,6 @@
 """PolyLoop with its default adapters: ``Loop(FunctionModel(fn), tools=registry)``, one async
-no-op tool, the in-memory journal (``polyloop``) or ``SQLiteJournal`` (``polyloop_sqlite``)."""
+no-op tool, the in-memory journal (``polyloop``), ``SQLiteJournal`` (``polyloop_sqlite``) or
+``PostgresJournal`` (``polyloop_postgres``, in a fresh schema: see bench/pg.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from polyloop import (
     ToolCall,
     ToolRegistry,
 )
-from polyloop.journal import MemoryJournal, SQLiteJournal
+from polyloop.journal import MemoryJournal, PostgresJournal, SQLiteJournal
 from polyloop.testing import FunctionModel
 
+from . import pg
 from ._measure import (
     FINAL_ANSWER,
     GOAL,
@@ -82,20 +84,36 @@ async def _batches(loop: Loop, spec: Spec) -> None:
             assert len(r.steps) == spec.steps
 
 
+_Journal = MemoryJournal | SQLiteJournal | PostgresJournal
+
+
+async def _warm_up(journal: _Journal, tools: ToolRegistry) -> None:
+    """One 5-step run: imports and first-call paths, before anything is timed."""
+    await _batches(Loop(_model(5, 0.0), tools=tools, journal=journal), Spec("", "warmup", 5))
+
+
+async def _timed(spec: Spec, journal: _Journal, tools: ToolRegistry) -> tuple[float, float]:
+    """Wall and CPU seconds of the spec's runs on ``journal``."""
+    loop = Loop(_model(spec.steps, spec.latency_ms / 1000), tools=tools, journal=journal)
+    wall, cpu, _ = await timed(lambda: _batches(loop, spec))
+    return wall, cpu
+
+
 async def measure(spec: Spec) -> Measured:
     if spec.scenario == "resume":
         return await _resume(spec)
+    if spec.system == "polyloop_postgres":
+        return await _postgres(spec)
     tools = _tools()
-    # Warm up (imports, first-call paths) on a throwaway journal.
+    # Warm up on a throwaway journal.
     warm = _journal(spec, os.path.join(spec.workdir, "warm.db"))
-    await _batches(Loop(_model(5, 0.0), tools=tools, journal=warm), Spec(spec.system, "warmup", 5))
+    await _warm_up(warm, tools)
     if isinstance(warm, SQLiteJournal):
         await warm.aclose()
     path = os.path.join(spec.workdir, "journal.db")
     journal = _journal(spec, path)
-    loop = Loop(_model(spec.steps, spec.latency_ms / 1000), tools=tools, journal=journal)
     before = sqlite_bytes(path) if isinstance(journal, SQLiteJournal) else 0
-    wall, cpu, _ = await timed(lambda: _batches(loop, spec))
+    wall, cpu = await _timed(spec, journal, tools)
     extra: dict[str, Any] = {}
     if isinstance(journal, SQLiteJournal):
         extra["journal_bytes"] = sqlite_bytes(path) - before
@@ -103,6 +121,29 @@ async def measure(spec: Spec) -> Measured:
         await journal.aclose()
         extra["stored_bytes"] = stored_bytes(path) - before
     return Measured(wall, cpu, extra)
+
+
+async def _postgres(spec: Spec) -> Measured:
+    """``PostgresJournal`` in a schema of its own, its pool (the default size) open and the
+    warm-up run done on it before timing; WAL, stored bytes and server CPU around the timed
+    section."""
+    tools = _tools()
+    schema = pg.Schema(os.environ[pg.ENV])
+    try:
+        journal = PostgresJournal(
+            os.environ[pg.ENV], schema=schema.name, min_size=pg.POOL, max_size=pg.POOL
+        )
+        try:
+            await journal.open()  # creates the schema and its tables, opens every connection
+            await _warm_up(journal, tools)
+            before = schema.snapshot()
+            wall, cpu = await _timed(spec, journal, tools)
+            after = schema.snapshot()
+        finally:
+            await journal.aclose()
+    finally:
+        schema.drop()
+    return Measured(wall, cpu, schema.extra(before, after))
 
 
 async def _resume(spec: Spec) -> Measured:

@@ -7,19 +7,28 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.durability import pg
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMS = "floor,floor_sqlite,polyloop,polyloop_sqlite"
+PG_ENV = "POLYLOOP_BENCH_PG_DSN"
 
 
-def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
+def bench(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``python -m bench --quick ARGS --out OUT`` (exit 0), and the JSON it wrote."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
+    env.pop(PG_ENV, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--systems", SYSTEMS, "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--quick", *args, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -27,8 +36,11 @@ def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc, json.loads((out / "latest.json").read_text())
 
-    doc = json.loads((tmp_path / "latest.json").read_text())
+
+def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
+    proc, doc = bench(tmp_path, "--systems", SYSTEMS)
     assert doc["quick"] is True
     assert {"generated_at", "machine", "plan", "reps", "results", "raw", "skipped"} <= set(doc)
     assert doc["machine"]["python"] and doc["machine"]["sqlite"]
@@ -68,3 +80,43 @@ def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
     assert "PolyLoop ÷ this" in md
     assert "÷ memory @" in md
     assert "(reference)" in md
+
+
+def test_quick_run_skips_postgres_without_a_server(tmp_path: Path) -> None:
+    """--quick starts no PostgreSQL: without a DSN the system is listed as skipped, with why."""
+    _, doc = bench(tmp_path, "--systems", "polyloop,polyloop_postgres", "--only", "single")
+    assert "polyloop_postgres" in doc["skipped"]
+    assert doc["postgres"] is None
+    assert {r["system"] for r in doc["results"]} == {"polyloop"}
+    assert "PostgresJournal (" in (tmp_path / "latest.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def pg_dsn() -> Iterator[str]:
+    with pg.server() as dsn:
+        yield dsn
+
+
+def test_quick_run_measures_postgres_on_a_given_server(tmp_path: Path, pg_dsn: str) -> None:
+    systems = "polyloop,polyloop_sqlite,polyloop_postgres"
+    _, doc = bench(tmp_path, "--systems", systems, "--only", "single,durable", "--pg-dsn", pg_dsn)
+    failures = [r for r in doc["raw"] if not r["ok"]]
+    assert not failures, failures
+    assert {("single", "polyloop_postgres"), ("durable", "polyloop_postgres")} <= {
+        (r["scenario"], r["system"]) for r in doc["results"]
+    }
+    for r in doc["results"]:
+        if r["system"] == "polyloop_postgres":
+            assert {"wall_us_per_step", "cpu_us_per_step", "wal_bytes_per_step"} <= set(
+                r["metrics"]
+            )
+    assert doc["postgres"]["started"] is False and "fsync" in doc["postgres"]["settings"]
+    md = (tmp_path / "latest.md").read_text()
+    assert "## PostgreSQL journal against SQLite `full` and memory" in md
+    assert "PostgreSQL ÷ SQLite `full`" in md
+    # The DSN is handed to the children, never written out.
+    assert pg_dsn not in md and pg_dsn not in (tmp_path / "latest.json").read_text()
+    # Every child dropped its schema.
+    with pg.connect(pg_dsn) as conn:
+        left = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench%'")
+        assert left.fetchall() == []
