@@ -14,7 +14,7 @@ SYSTEMS: dict[str, tuple[str, str, str]] = {
     "floor_sqlite": (
         "bench.floor",
         "sqlite3",
-        "hand-written loop + 4 fsync'd SQLite commits per step",
+        "hand-written loop + PolyLoop's fsync'd SQLite commits per step",
     ),
     "polyloop": ("bench.sys_polyloop", "polyloop", "PolyLoop, in-memory journal"),
     "polyloop_sqlite": ("bench.sys_polyloop", "polyloop", "PolyLoop, SQLiteJournal"),

@@ -2,9 +2,10 @@
 
 ``floor``: an asyncio loop that calls the fake model, calls the tool, appends two messages,
 repeats. ``floor_sqlite``: the same, plus the commits PolyLoop's durable journal makes per step
-(model intent, model result, action intent, action result + step: 4), each its own fsync'd
-transaction on one SQLite connection in WAL mode (``synchronous=FULL`` or ``NORMAL``), made
-inline on the event loop thread — what the disk costs, nothing more.
+(model intent; model result + action intent; action result + step: 3 for a tool step, 2 for
+the final answer), each its own fsync'd transaction on one SQLite connection in WAL mode
+(``synchronous=FULL`` or ``NORMAL``), made inline on the event loop thread — what the disk
+costs, nothing more.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ async def _noop() -> str:
 
 
 class _Disk:
-    """Four commits per step, like PolyLoop's journal."""
+    """The commits PolyLoop's journal makes per step, one row per record."""
 
     def __init__(self, path: str, durability: str) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None)
@@ -61,11 +62,17 @@ class _Disk:
         )
         self.commits = 0
 
-    def commit(self, run_id: str, seq: int, body: dict[str, Any]) -> None:
+    def commit(self, run_id: str, seq: int, *bodies: dict[str, Any]) -> int:
+        """One transaction holding ``bodies`` as rows ``seq``, ``seq + 1``, ...; the next seq."""
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute("INSERT INTO journal VALUES (?, ?, ?)", (run_id, seq, json.dumps(body)))
+        for body in bodies:
+            self.conn.execute(
+                "INSERT INTO journal VALUES (?, ?, ?)", (run_id, seq, json.dumps(body))
+            )
+            seq += 1
         self.conn.execute("COMMIT")
         self.commits += 1
+        return seq
 
 
 async def _run(spec: Spec, disk: _Disk | None, latency: float) -> str:
@@ -74,25 +81,25 @@ async def _run(spec: Spec, disk: _Disk | None, latency: float) -> str:
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": GOAL},
     ]
-    seq = 0
+    seq = 1
     for i in range(spec.steps):
         if disk is not None:
-            seq += 1
-            disk.commit(run_id, seq, {"kind": "model_intent", "step_idx": i})
+            seq = disk.commit(run_id, seq, {"kind": "model_intent", "step_idx": i})
         reply = await _model(messages, i, spec.steps, latency)
-        if disk is not None:
-            seq += 1
-            disk.commit(run_id, seq, {"kind": "model_result", "step_idx": i, "reply": reply})
+        result = {"kind": "model_result", "step_idx": i, "reply": reply}
         messages.append(reply)
         if reply is _FINAL:
+            if disk is not None:
+                step = {"kind": "step", "step_idx": i}
+                seq = disk.commit(run_id, seq, result, step, {"kind": "end"})
             return str(reply["content"])
         if disk is not None:
-            seq += 1
-            disk.commit(run_id, seq, {"kind": "action_intent", "step_idx": i, "tool": TOOL_NAME})
+            intent = {"kind": "action_intent", "step_idx": i, "tool": TOOL_NAME}
+            seq = disk.commit(run_id, seq, result, intent)
         observation = await _noop()
         if disk is not None:
-            seq += 1
-            disk.commit(run_id, seq, {"kind": "step", "step_idx": i, "observation": observation})
+            step = {"kind": "step", "step_idx": i, "observation": observation}
+            seq = disk.commit(run_id, seq, {"kind": "action_result"}, step)
         messages.append({"role": "tool", "tool_call_id": "c", "content": observation})
     return ""
 

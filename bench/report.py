@@ -10,7 +10,7 @@ from . import SYSTEMS
 
 LABELS = {
     "floor": "hand-written floor",
-    "floor_sqlite": "floor + 4 fsync'd commits/step",
+    "floor_sqlite": "floor + the same fsync'd commits",
     "polyloop": "**PolyLoop** (memory journal)",
     "polyloop_sqlite": "**PolyLoop** SQLiteJournal",
     "polyloop_postgres": "**PolyLoop** PostgresJournal",

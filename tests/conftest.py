@@ -9,7 +9,7 @@ import pytest
 
 from polyloop import EnvironmentFailure, ModelReply, Outcome, ToolCall, ToolRegistry
 from polyloop.journal import MemoryJournal
-from polyloop.types import ActionStatus, Lease, Record, RunEnd, RunSpec, StepWritten
+from polyloop.types import ActionIntent, ActionStatus, Lease, Record, RunEnd, RunSpec, StepWritten
 
 
 def call(name: str, args: dict[str, Any] | str | None = None, id: str | None = None) -> ModelReply:
@@ -133,3 +133,17 @@ def make_tools(log: list[str] | None = None) -> ToolRegistry:
         return Outcome(ActionStatus.executed, "goal reached", completed=True)
 
     return tools
+
+
+def first_write(ref: RecordingJournal, kind: str, tool: str | None = None) -> int:
+    """1-based number of the reference run's first write holding a record of ``kind`` (for an
+    action intent, of ``tool``)."""
+    return next(
+        i
+        for i, batch in enumerate(ref.appends, start=1)
+        if any(
+            r.kind == kind
+            and (tool is None or (isinstance(r, ActionIntent) and r.action.tool_name == tool))
+            for r in batch
+        )
+    )

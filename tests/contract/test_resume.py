@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from polyloop import (
+    Complete,
+    GuardContext,
     JournalError,
     Limits,
     Loop,
@@ -21,6 +23,7 @@ from polyloop import (
     Outcome,
     OutcomeUnknown,
     ReplayPolicy,
+    RunEndGuard,
     RunLeased,
     RunNotFound,
     StepRecord,
@@ -29,7 +32,7 @@ from polyloop import (
     ToolRegistry,
 )
 from polyloop.journal import MemoryJournal
-from polyloop.testing import FakeClock, FunctionModel
+from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
 from polyloop.types import (
     ActionIntent,
     ActionStatus,
@@ -40,7 +43,7 @@ from polyloop.types import (
     RunEnd,
     StepWritten,
 )
-from tests.conftest import Crash, RecordingJournal, call
+from tests.conftest import Crash, RecordingJournal, call, first_write
 
 
 class World:
@@ -128,7 +131,17 @@ async def reference() -> tuple[RecordingJournal, Any]:
 async def test_reference_run_shape() -> None:
     journal, r = await reference()
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
-    assert journal.count == len(journal.appends) >= 20
+    # Six steps: an intent each (two for the retried step), the model result in one write
+    # with what acts on it (action intent or step), an action's result with its step.
+    assert journal.count == len(journal.appends) == 19
+    assert [k for k in journal.kinds() if "model_result" in k] == [
+        ["model_result", "action_intent"],
+        ["model_result", "step"],
+        ["model_result", "action_intent"],
+        ["model_result", "action_intent"],
+        ["model_result", "action_intent"],
+        ["model_result", "action_intent"],
+    ]
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
@@ -138,9 +151,9 @@ async def test_a_crash_around_any_write_resumes_to_the_same_run_or_says_it_canno
     ref_journal, ref = await reference()
     total = ref_journal.count
     never_intents = {
-        i: batch[0]
+        i: batch[-1]
         for i, batch in enumerate(ref_journal.appends, start=1)
-        if isinstance(batch[0], ActionIntent) and batch[0].replay_policy == ReplayPolicy.never
+        if isinstance(batch[-1], ActionIntent) and batch[-1].replay_policy == ReplayPolicy.never
     }
     assert {i.action.tool_name for i in never_intents.values()} == {"charge", "submit"}
     for n in range(1, total + 1):
@@ -178,17 +191,10 @@ async def test_a_crash_around_any_write_resumes_to_the_same_run_or_says_it_canno
 async def crash_at_kind(
     kind: str, tool: str | None = None, *, after: bool, world: World | None = None
 ) -> tuple[World, MemoryJournal]:
-    """Crash a fresh run around its first write whose first record is ``kind``."""
+    """Crash a fresh run around its first write holding a record of ``kind`` (for an action
+    intent, of ``tool``)."""
     ref_journal, _ = await reference()
-    n = next(
-        i
-        for i, batch in enumerate(ref_journal.appends, start=1)
-        if batch[0].kind == kind
-        and (
-            tool is None
-            or (isinstance(batch[0], ActionIntent) and batch[0].action.tool_name == tool)
-        )
-    )
+    n = first_write(ref_journal, kind, tool)
     world = world or World()
     inner = MemoryJournal()
     with pytest.raises(Crash):
@@ -254,15 +260,44 @@ async def test_resume_of_a_model_failure_without_its_step_ends_llm_error_without
 
 
 async def test_resume_of_a_model_result_without_a_step_reinterprets_without_a_call() -> None:
-    world, journal = await crash_at_kind("model_result", after=True)
-    model = FunctionModel(
-        lambda request: (
-            call("store", {"key": "DIFFERENT"}) if request.step_idx == 0 else script(request)
-        )
-    )
-    r = await Loop(model, tools=world.tools(), journal=journal).resume("r")
-    assert model.requests[0].step_idx == 1  # step 0's reply came from the journal
-    assert r.steps[0].tool_args_json == '{"key":"a"}'
+    """A final answer checked by a run-end guard: the model result is written alone before
+    the guard runs (a guard may take long), so a crash then leaves a result without a step."""
+    checked: list[str] = []
+
+    def fine(ctx: GuardContext) -> Complete:
+        checked.append(ctx.final_answer)
+        return Complete()
+
+    journal = MemoryJournal()
+    rec = RecordingJournal(journal, crash_at=2, crash_after=True)  # after the model result
+    with pytest.raises(Crash):
+        await Loop(
+            ScriptedModel(["the stored answer"]), journal=rec, guards=[RunEndGuard(fine)]
+        ).run("g", run_id="m")
+    assert rec.kinds() == [["model_intent"], ["model_result"]] and checked == []
+    model = FunctionModel(lambda request: ModelReply("a DIFFERENT answer"))
+    r = await Loop(model, journal=journal, guards=[RunEndGuard(fine)]).resume("m")
+    assert model.requests == []  # the reply came from the journal
+    assert r.final_answer == "the stored answer" and checked == ["the stored answer"]
+
+
+async def test_the_model_result_is_written_with_the_action_intent() -> None:
+    journal, _ = await reference()
+    for batch in journal.appends:
+        if any(isinstance(r, ActionIntent) for r in batch):
+            assert [r.kind for r in batch] == ["model_result", "action_intent"]
+
+
+async def test_an_interpreter_that_raises_leaves_the_model_result_in_the_journal() -> None:
+    class Broken:
+        def interpret(self, reply: ModelReply, tool_specs: Any) -> Any:
+            raise RuntimeError("interpreter bug")
+
+    journal = RecordingJournal()
+    loop = Loop(ScriptedModel(["hello"]), journal=journal, interpreter=Broken())
+    with pytest.raises(RuntimeError, match="interpreter bug"):
+        await loop.run("g", run_id="b")
+    assert journal.kinds() == [["model_intent"], ["model_result"]]
 
 
 async def test_resume_of_a_never_replay_intent_is_resume_state_unknown() -> None:
@@ -298,8 +333,8 @@ async def test_resume_of_a_reconcile_intent_asks_the_environment(answer: str) ->
         await Loop(
             FunctionModel(script_send),
             tools=world_tools(),
-            journal=RecordingJournal(inner, crash_at=3, crash_after=True),
-        ).run("mail", run_id="m")  # write 3 is the action intent
+            journal=RecordingJournal(inner, crash_at=2, crash_after=True),
+        ).run("mail", run_id="m")  # write 2 is the model result with the action intent
     intent = [x for x in inner.records("m") if isinstance(x, ActionIntent)][-1]
     world.reconcile_answer = {
         "happened": Outcome(ActionStatus.executed, "sent earlier"),
@@ -365,8 +400,8 @@ async def test_resume_rebuilds_counters_including_consecutive_invalid() -> None:
         return ModelReply("") if request.step_idx < 5 else ModelReply("fin")
 
     journal = MemoryJournal()
-    # An invalid step is three writes (intent, result, step): crash after step 1's step.
-    rec = RecordingJournal(journal, crash_at=6, crash_after=True)
+    # An invalid step is two writes (intent; result with step): crash after step 1's step.
+    rec = RecordingJournal(journal, crash_at=4, crash_after=True)
     with pytest.raises(Crash):
         await Loop(
             FunctionModel(invalid_twice), journal=rec, limits=Limits(max_consecutive_invalid=3)

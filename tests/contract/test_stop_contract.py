@@ -456,7 +456,7 @@ async def test_the_action_intent_is_durable_before_the_environment_is_called() -
 
     r = await Loop(ScriptedModel([call("probe"), "x"]), tools=tools, journal=journal).run("g")
     kinds = journal.kinds()
-    assert kinds[seen[0] - 1] == ["action_intent"]
+    assert kinds[seen[0] - 1] == ["model_result", "action_intent"]
     assert kinds[seen[0]] == ["action_result", "step"]
     intent = next(x for x in journal.inner.records(r.run_id) if isinstance(x, ActionIntent))
     assert intent.action.tool_name == "probe"

@@ -45,7 +45,7 @@ from polyloop import (
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import FunctionModel
 from polyloop.types import ActionIntent, Lease, ModelRequest, Record, RunSpec, StepWritten
-from tests.conftest import Crash, RecordingJournal, call
+from tests.conftest import Crash, RecordingJournal, call, first_write
 from tests.contract.test_resume import World, comparable, new_loop
 from tests.durability import pg
 
@@ -207,10 +207,10 @@ async def make_reference() -> tuple[RecordingJournal, Any]:
 
 def never_replay_intents(ref: RecordingJournal) -> dict[int, ActionIntent]:
     """The reference run's writes (1-based) that hold the intent of a never-replay action."""
-    return {
-        i: batch[0]
+    return {  # an action intent is the last record of its write (after the model result)
+        i: batch[-1]
         for i, batch in enumerate(ref.appends, start=1)
-        if isinstance(batch[0], ActionIntent) and batch[0].replay_policy == ReplayPolicy.never
+        if isinstance(batch[-1], ActionIntent) and batch[-1].replay_policy == ReplayPolicy.never
     }
 
 
@@ -229,19 +229,6 @@ def check_resumed(n: int, r: Any, ref: Any, unknown: ActionIntent | None) -> boo
     assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps], n
     assert (r.steps_used, r.actions_executed) == (ref.steps_used, ref.actions_executed), n
     return False
-
-
-def first_write(ref: RecordingJournal, kind: str, tool: str | None = None) -> int:
-    """1-based number of the reference run's first write whose first record is ``kind``."""
-    return next(
-        i
-        for i, batch in enumerate(ref.appends, start=1)
-        if batch[0].kind == kind
-        and (
-            tool is None
-            or (isinstance(batch[0], ActionIntent) and batch[0].action.tool_name == tool)
-        )
-    )
 
 
 async def crashed_run(store: Store) -> None:

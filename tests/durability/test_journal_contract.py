@@ -55,7 +55,7 @@ from polyloop.types import (
     StepAppended,
     StepWritten,
 )
-from tests.conftest import Crash, call, make_tools
+from tests.conftest import Crash, call, first_write, make_tools
 from tests.contract.test_resume import World, comparable, new_loop
 from tests.durability.journals import (
     REPO,
@@ -65,7 +65,6 @@ from tests.durability.journals import (
     check_resumed,
     crashed_run,
     damaged_run,
-    first_write,
     make_reference,
     never_replay_intents,
     no_such_pid,

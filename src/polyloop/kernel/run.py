@@ -1,9 +1,15 @@
 """One run, driven through the stop order of kernel.md §6, writing ahead as durability.md says.
 
 Per step the journal receives, each durable before the next thing happens:
-``model_intent`` (one per attempt) → ``model_result`` / ``model_attempt_failed`` /
-``model_failure`` → ``action_intent`` → ``action_result`` + ``step`` in one transaction. A step
-that ends the run is written in one transaction with the end record.
+``model_intent`` (one per attempt, before the model is called) → ``model_attempt_failed`` /
+``model_failure``, or ``model_result`` in one transaction with the first record that acts on the
+reply: the ``action_intent`` (before the environment is called), or the step of an invalid
+decision or final answer (written alone first when run-end guards will read the answer) →
+``action_result`` + ``step`` in one transaction. A step that ends the run is written in one
+transaction with the end record. So a tool step costs three commits, not four: the reply is
+still durable before anything acts on it (interpreting it is reading, not acting), and a crash
+before that commit is a model intent without result, which resume answers by calling the model
+again (the lost attempt is marked ``uncertain`` in the accounts).
 
 In-memory state is updated *before* each write: a write that fails ends this execution with an
 exception (the state is thrown away, the journal is what resume reads), and a write that is
@@ -327,60 +333,87 @@ class RunDriver:
             st = self.state
             if reply.usage is not None:
                 st.usage = reply.usage if st.usage is None else st.usage + reply.usage
-            await self._write((ModelResult(step_idx, intent_id, attempt, call_id, reply, latency),))
             if self._observers:
                 self._emit(
                     ModelCallFinished(
                         self.run_id, step_idx, intent_id, attempt, call_id, latency, None
                     )
                 )
-            return await self._decide(step_idx, t0, prompt_chars, reply, call_id)
+            # The result is written with the first record that acts on it (see _decide).
+            result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency)
+            return await self._decide(step_idx, t0, prompt_chars, reply, call_id, result)
 
     # -- D, E, F: interpret and act -----------------------------------------------------------
     async def _decide(
-        self, step_idx: int, t0: float, prompt_chars: int, reply: ModelReply, call_id: str
+        self,
+        step_idx: int,
+        t0: float,
+        prompt_chars: int,
+        reply: ModelReply,
+        call_id: str,
+        result: ModelResult | None = None,
     ) -> RunResult | None:
+        """D, E, F. ``result``: the model result not yet written; it goes into the journal in
+        the same transaction as the first record that acts on the reply (the action intent,
+        the step, or the end), so it is durable before anything acts on it at one commit
+        fewer per step. Run-end guards may take long, so before they run it is written alone;
+        if interpreting the reply fails, it is written before the error propagates."""
         st = self.state
         clock = self.cfg.clock
-        decision = self.cfg.interpreter.interpret(reply, self.tool_specs)
+        first: tuple[Record, ...] = () if result is None else (result,)
+        try:
+            decision = self.cfg.interpreter.interpret(reply, self.tool_specs)
+            if isinstance(decision, Action):
+                policy = ReplayPolicy(self.cfg.environment.replay_policy(decision))
+        except Exception:
+            if first:
+                await self._write(first)
+            raise
         if isinstance(decision, InvalidDecision):  # D: skips the completion check
             st.consecutive_invalid += 1
             wall = (clock.monotonic() - t0) * 1000
             step = invalid_step(step_idx, reply, call_id, decision.feedback, prompt_chars, wall)
             reason = stopping.after_invalid(st.limits, st.consecutive_invalid)
             if reason is not None:
-                return await self._end(reason, step=step, reply=reply)
-            await self._append_step((), step, reply, 0)
+                return await self._end(reason, records=first, step=step, reply=reply)
+            await self._append_step(first, step, reply, 0)
             return None
         st.consecutive_invalid = 0  # any valid decision resets the counter
         if isinstance(decision, FinalAnswer):  # E: run-end guards may steer
+            if first and self.cfg.guards:
+                await self._write(first)
+                first = ()
             verdicts, steer = await self._check_guards(step_idx, decision.text)
             wall = (clock.monotonic() - t0) * 1000
             if steer is not None:
                 step = final_answer_step(
                     step_idx, reply, call_id, prompt_chars, wall, steer_feedback=steer.feedback
                 )
-                await self._append_step(verdicts, step, reply, 0)
+                await self._append_step((*first, *verdicts), step, reply, 0)
                 return None
             step = final_answer_step(step_idx, reply, call_id, prompt_chars, wall)
             return await self._end(
                 stopping.FINAL_ANSWER,
                 final_answer=decision.text,
-                records=verdicts,
+                records=(*first, *verdicts),
                 step=step,
                 reply=reply,
             )
         if not isinstance(decision, Action):
+            if first:
+                await self._write(first)
             raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
-        # F: write the action intent, then execute.
+        # F: write the action intent (with the model result), then execute.
         action = decision
-        args_json = None if action.arguments is None else canonical_json(dict(action.arguments))
-        policy = ReplayPolicy(self.cfg.environment.replay_policy(action))
+        args = action.arguments
+        args_json = (
+            None if args is None else canonical_json(args if type(args) is dict else dict(args))
+        )
         known = action.tool_name is None or action.tool_name in self.tool_names
         intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known)
         sc = _StepCtx(step_idx, t0, prompt_chars, reply, call_id, intent)
         self._intent_written = sc
-        await self._write((intent,))
+        await self._write((*first, intent))
         return await self._act(sc)
 
     async def _check_guards(
