@@ -1,6 +1,10 @@
-"""PolyLoop with its default adapters: ``Loop(FunctionModel(fn), tools=registry)``, one async
-no-op tool, the in-memory journal (``polyloop``), ``SQLiteJournal`` (``polyloop_sqlite``) or
-``PostgresJournal`` (``polyloop_postgres``, in a fresh schema: see bench/pg.py)."""
+"""PolyLoop with its default adapters: ``Loop(model, tools=registry)``, one async no-op tool,
+the in-memory journal (``polyloop``), ``SQLiteJournal`` (``polyloop_sqlite``) or
+``PostgresJournal`` (``polyloop_postgres``, in a fresh schema: see bench/pg.py).
+
+The model is a minimal implementation of the ``Model`` seam, like a real adapter and like the
+peers' fake models: it keeps nothing. (``polyloop.testing.FunctionModel`` records every request
+for tests to inspect, which would keep every step's message snapshot alive.)"""
 
 from __future__ import annotations
 
@@ -51,21 +55,24 @@ def _tools() -> ToolRegistry:
     return tools
 
 
-def _model(steps: int, latency_s: float, on_call: Any = None) -> FunctionModel:
-    if latency_s:
+class _Model:
+    """N-1 calls of the no-op tool, then the final answer; after ``latency_s`` if set."""
 
-        async def slow(request: ModelRequest) -> ModelReply:
-            await asyncio.sleep(latency_s)
-            return _FINAL if is_final(request.step_idx, steps) else _CALL
+    def __init__(self, steps: int, latency_s: float, on_call: Any = None) -> None:
+        self.steps = steps
+        self.latency_s = latency_s
+        self.on_call = on_call
 
-        return FunctionModel(slow)
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self.on_call is not None:
+            self.on_call(request)
+        return _FINAL if is_final(request.step_idx, self.steps) else _CALL
 
-    def fast(request: ModelRequest) -> ModelReply:
-        if on_call is not None:
-            on_call(request)
-        return _FINAL if is_final(request.step_idx, steps) else _CALL
 
-    return FunctionModel(fast)
+def _model(steps: int, latency_s: float, on_call: Any = None) -> _Model:
+    return _Model(steps, latency_s, on_call)
 
 
 def _journal(spec: Spec, path: str) -> MemoryJournal | SQLiteJournal:

@@ -187,8 +187,9 @@ async def _fill(journal: SQLiteJournal) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     # resume_state_unknown: the process "dies" right after the intent of a never-replay
-    # action is durable; resuming cannot know whether the card was charged.
-    crashing = RecordingJournal(journal, crash_at=3, crash_after=True)  # type: ignore[arg-type]
+    # action is durable (write 2: the model result with the action intent); resuming cannot
+    # know whether the card was charged.
+    crashing = RecordingJournal(journal, crash_at=2, crash_after=True)  # type: ignore[arg-type]
     with contextlib.suppress(Crash):
         await _run(crashing, "run-resume_state_unknown", [call("charge", {"amount": 5})])
     await Loop(ScriptedModel([]), tools=tools(), journal=journal).resume("run-resume_state_unknown")
