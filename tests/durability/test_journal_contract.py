@@ -890,20 +890,21 @@ async def test_a_newer_minor_version_opens_and_resumes(journal_backend: Store) -
 async def test_a_damaged_schema_is_refused_untouched(
     damage: str, message: str, journal_backend: Store
 ) -> None:
-    store = journal_backend
-    before = await damaged_run(store, damage)
-    with pytest.raises(JournalError, match=message):
-        await store.open()
-    assert store.snapshot() == before
+    await damaged_run(journal_backend, damage)
+    await refused_untouched(journal_backend, message)
 
 
 async def test_a_meta_table_that_is_not_polyloops_is_refused_untouched(
     journal_backend: Store,
 ) -> None:
-    store = journal_backend
-    store.damage("CREATE TABLE meta (name TEXT)", "INSERT INTO meta VALUES ('x')")
+    journal_backend.damage("CREATE TABLE meta (name TEXT)", "INSERT INTO meta VALUES ('x')")
+    await refused_untouched(journal_backend, "not PolyLoop's")
+
+
+async def refused_untouched(store: Store, message: str) -> None:
+    """Opening ``store`` fails with ``message`` and changes nothing in it."""
     before = store.snapshot()
-    with pytest.raises(JournalError, match="not PolyLoop's"):
+    with pytest.raises(JournalError, match=message):
         await store.open()
     assert store.snapshot() == before
 
