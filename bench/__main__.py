@@ -24,12 +24,12 @@ import sys
 import time
 from typing import Any
 
-from . import SYSTEMS, pg
+from . import SYSTEMS, instructions, pg
 from ._measure import Spec
 from .report import aggregate, markdown
 
 PEERS = ("smolagents", "mini_swe_agent", "langgraph", "pydantic_ai", "openai_agents")
-SCENARIOS = ("single", "concurrent", "durable", "resume")
+SCENARIOS = ("single", "concurrent", "durable", "resume", "instructions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +243,23 @@ def run_all(specs: list[Spec], reps: int, timeout_s: float) -> list[dict[str, An
     return raw
 
 
+def _count_instructions(
+    scenarios: list[str], systems: list[str], quick: bool, timeout_s: float
+) -> dict[str, Any] | None:
+    """The callgrind count of bench/instructions.py, or why it was not made (None: not asked)."""
+    if "instructions" not in scenarios or "polyloop" not in systems:
+        return None
+    why = "not with --quick (about two minutes)" if quick else instructions.unavailable()
+    if why is None:
+        print("[instructions] counting with callgrind (about two minutes)", file=sys.stderr)
+        try:
+            return instructions.measure(max(timeout_s, 1800.0))
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            why = str(exc)
+    print(f"skip instructions: {why}", file=sys.stderr)
+    return {"skipped": why}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a tiny configuration (seconds), for CI")
@@ -304,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 os.environ[pg.ENV] = postgres.pop("dsn")  # for the children; never written out
         raw = run_all(specs, reps, args.timeout)
+    counted = _count_instructions(scenarios, systems, args.quick, args.timeout)
     doc = {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": round(time.time() - started, 1),
@@ -316,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "skipped": skipped,
         "postgres": postgres,
+        "instructions": counted,
         "results": aggregate(raw),
         "raw": raw,
     }

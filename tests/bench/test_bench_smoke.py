@@ -80,6 +80,37 @@ def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
     assert "PolyLoop ÷ this" in md
     assert "÷ memory @" in md
     assert "(reference)" in md
+    # The callgrind count takes minutes: --quick says it was not made, and why.
+    assert doc["instructions"] == {"skipped": "not with --quick (about two minutes)"}
+    assert "Not counted: not with --quick" in md
+
+
+def test_an_instruction_count_decides_the_flatness_target() -> None:
+    from bench.report import _Index, instructions, targets
+
+    doc: dict[str, Any] = {
+        "plan": {
+            "single_steps": [20, 200, 2000],
+            "concurrent_runs": [200],
+            "concurrent_steps": 20,
+            "latency_ms": 50.0,
+            "durable_runs": [100],
+            "resume_steps": 2000,
+        },
+        "results": [],
+        "instructions": {
+            "instructions_per_step_20": 296335,
+            "instructions_per_step_2000": 305426,
+            "flatness": 1.031,
+        },
+    }
+    section = "\n".join(instructions(doc))
+    assert "| 296,335 | 305,426 | 1.031 |" in section
+    rows = [r for r in targets(doc, _Index([])) if "at 2000 ≤ 1.5" in r]
+    assert rows and "1.03 instructions (callgrind)" in rows[0] and rows[0].endswith("| met |")
+    doc["instructions"]["flatness"] = 1.7
+    rows = [r for r in targets(doc, _Index([])) if "at 2000 ≤ 1.5" in r]
+    assert rows[0].endswith("| **not met** |")
 
 
 def test_quick_run_skips_postgres_without_a_server(tmp_path: Path) -> None:
