@@ -80,7 +80,6 @@ class _Param:
 
     name: str
     field: str
-    positional_only: bool
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -432,7 +431,7 @@ class _Signature:
                 else pydantic.Field(default, alias=p.name, description=described)
             )
             fields[field_name] = (annotation, info)
-            params.append(_Param(p.name, field_name, positional))
+            params.append(_Param(p.name, field_name))
         if undocumented:
             raise ConfigError(
                 f"{where}: its docstring's Args section documents {sorted(undocumented)}, "
