@@ -21,6 +21,7 @@ from polyloop.types import (
     canonical_json,
 )
 
+from ._json import loads
 from .code_block import _fences
 
 __all__ = ["JsonTextInterpreter"]
@@ -31,11 +32,6 @@ _MAX_KEYS_SHOWN = 10
 # A failed candidate that starts like this was meant as JSON: report its parse error (a
 # Python-style dict with single quotes included); other braces are just prose.
 _LOOKS_LIKE_JSON = re.compile(r"\{\s*[\"']")
-
-
-def _reject_constant(name: str) -> Any:
-    # json.loads accepts NaN and Infinity, which are not JSON and cannot be stored canonically.
-    raise ValueError(f"{name} is not valid JSON")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +175,7 @@ def _find_json(text: str) -> _Found:
         language = block.language.lower()
         if language == "json" or (language == "" and block.code.lstrip().startswith("{")):
             try:
-                return _Found(present=True, value=_loads(block.code))
+                return _Found(present=True, value=loads(block.code))
             except ValueError as exc:
                 return _Found(error=str(exc))
     first_error: str | None = None
@@ -202,7 +198,7 @@ def _first_object(prose: str) -> tuple[dict[str, Any] | None, str | None]:
         end = _balanced_end(prose, start)
         candidate = prose[start:end]
         try:
-            return _loads(candidate), None
+            return loads(candidate), None
         except ValueError as exc:
             if error is None and _LOOKS_LIKE_JSON.match(candidate):
                 error = str(exc)
@@ -236,16 +232,6 @@ def _balanced_end(text: str, start: int) -> int | None:
             if depth == 0:
                 return i + 1
     return None
-
-
-def _loads(text: str) -> Any:
-    """Parse JSON; raises ValueError (with the parser's message) when it is not valid."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ValueError(str(exc)) from None
-    except RecursionError:  # hostile nesting must not crash the interpreter
-        raise ValueError("the JSON is nested too deeply") from None
 
 
 def _keys(obj: dict[str, Any]) -> str:

@@ -19,16 +19,9 @@ from polyloop.types import (
     canonical_json,
 )
 
+from ._json import DECODER
+
 __all__ = ["NativeToolCallInterpreter"]
-
-
-def _reject_constant(name: str) -> Any:
-    # json.loads accepts NaN and Infinity, which are not JSON and cannot be stored canonically.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-# One decoder for every call (json.loads with parse_constant builds a new one each time).
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 class NativeToolCallInterpreter:
@@ -112,7 +105,7 @@ def _arguments(raw: Mapping[str, Any] | str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        value = _DECODER.decode(raw)
+        value = DECODER.decode(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(str(exc)) from None
     if not isinstance(value, dict):
