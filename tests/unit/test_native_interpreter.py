@@ -92,6 +92,11 @@ def test_json_that_is_not_an_object_is_an_invalid_decision(raw: str, kind: str) 
     )
 
 
+def test_arguments_nested_too_deeply_to_parse_are_an_invalid_decision() -> None:
+    decision = interpret(reply(ToolCall("write", "[" * 100_000)))
+    assert decision == InvalidDecision("MALFORMED name=write error=the JSON is nested too deeply")
+
+
 @pytest.mark.parametrize("raw", ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}'])
 def test_non_json_constants_are_an_invalid_decision(raw: str) -> None:
     decision = interpret(reply(ToolCall("write", raw)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from polyloop.types import (
     canonical_json,
 )
 
-from ._json import DECODER
+from ._json import loads
 
 __all__ = ["NativeToolCallInterpreter"]
 
@@ -104,10 +103,7 @@ def _arguments(raw: Mapping[str, Any] | str) -> dict[str, Any]:
         return dict(raw)
     if not raw.strip():
         return {}
-    try:
-        value = DECODER.decode(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(str(exc)) from None
+    value = loads(raw)
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {_json_kind(value)}")
     return value
