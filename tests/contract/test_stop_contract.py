@@ -14,11 +14,12 @@ from polyloop import (
     ModelCallError,
     ModelReply,
     Outcome,
+    RetryPolicy,
     StopReason,
     ToolRegistry,
 )
-from polyloop.testing import FakeClock, ScriptedModel
-from polyloop.types import ActionIntent, ModelIntent
+from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
+from polyloop.types import ActionIntent, Failure, ModelIntent, ModelRequest
 from tests.conftest import RecordingJournal, call, make_tools
 
 TEN = [
@@ -314,6 +315,50 @@ async def test_invalid_decisions_skip_the_completion_check(journal: RecordingJou
     assert env.executed == 0
 
 
+class _Reporting:
+    """An environment whose every action returns ``outcome``."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def tool_specs(self) -> list[dict[str, object]]:
+        return []
+
+    async def execute(self, action: object, ctx: object) -> Outcome:
+        return self.outcome
+
+    def replay_policy(self, action: object) -> str:
+        return "idempotent"
+
+    async def reconcile(self, action: object, ctx: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        Outcome(ActionStatus.env_error, "sandbox gone", completed=True),
+        Outcome(ActionStatus.env_error, "sandbox gone", marker=True),
+        Outcome(ActionStatus.env_error, "sandbox gone", failure=Failure(error_type="Gone")),
+    ],
+    ids=["with-completed", "with-marker", "with-a-repeatable-failure"],
+)
+async def test_env_error_is_checked_before_completion_and_the_failure_guard(
+    outcome: Outcome, journal: RecordingJournal
+) -> None:
+    """§6 G: an environment failure ends the run env_error even when the same outcome also
+    says completed, is a completion marker, or carries a failure the guard would count."""
+    loop = Loop(
+        ScriptedModel([call("x")] * 3),
+        environment=_Reporting(outcome),
+        journal=journal,
+        limits=Limits(same_failure_limit=1),
+    )
+    r = await loop.run("g")
+    assert r.stop_reason == StopReason.env_error and r.steps_used == 1
+    assert r.stop_detail == "sandbox gone" if outcome.failure is None else "Gone: None"
+
+
 # --- §6 E: final answer ---------------------------------------------------------------------
 
 
@@ -441,6 +486,32 @@ async def test_the_step_that_ends_a_run_is_written_with_its_end_record(
         assert r.stop_reason == reason
         assert j.kinds()[-1][-2:] == ["step", "end"], reason
         assert j.end(r.run_id) is not None
+
+
+async def test_the_model_intent_of_each_attempt_is_durable_before_the_model_is_called() -> None:
+    journal = RecordingJournal()
+    seen: list[tuple[int, int, ModelIntent]] = []
+
+    def model(request: ModelRequest) -> ModelReply:
+        written = [r for batch in journal.appends for r in batch if isinstance(r, ModelIntent)]
+        seen.append((request.step_idx, request.attempt, written[-1]))
+        if request.step_idx == 0 and request.attempt == 1:
+            raise ModelCallError("busy", retryable=True, kind="rate_limit")
+        return call("noop") if request.step_idx == 0 else ModelReply("done")
+
+    loop = Loop(
+        FunctionModel(model),
+        tools=make_tools(),
+        journal=journal,
+        clock=FakeClock(),
+        retry=RetryPolicy(initial_backoff_s=0.0, jitter=0.0),
+    )
+    r = await loop.run("g")
+    assert r.stop_reason == StopReason.agent_finished
+    assert [(s, a) for s, a, _ in seen] == [(0, 1), (0, 2), (1, 1)]
+    for step_idx, attempt, intent in seen:  # the newest intent is this very call's
+        assert (intent.step_idx, intent.attempt) == (step_idx, attempt)
+    assert seen[0][2].intent_id == seen[1][2].intent_id != seen[2][2].intent_id
 
 
 async def test_the_action_intent_is_durable_before_the_environment_is_called() -> None:
