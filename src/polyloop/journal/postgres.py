@@ -701,7 +701,8 @@ class PostgresJournal:
             await cur.execute(_PG_INSERT_STEP, _clean(row))
         for op, args in p.calls:
             if op == "intent":
-                await cur.execute(_PG_MARK_UNCERTAIN, (args[2], args[3]))
+                if args[3] > 1:  # earlier attempts of this intent still pending: lost
+                    await cur.execute(_PG_MARK_UNCERTAIN, (args[2], args[3]))
                 await cur.execute(_PG_INSERT_INTENT, args)
             else:
                 await cur.execute(_PG_UPSERT_CALL, _clean(args))
