@@ -281,13 +281,6 @@ async def test_resume_of_a_model_result_without_a_step_reinterprets_without_a_ca
     assert r.final_answer == "the stored answer" and checked == ["the stored answer"]
 
 
-async def test_the_model_result_is_written_with_the_action_intent() -> None:
-    journal, _ = await reference()
-    for batch in journal.appends:
-        if any(isinstance(r, ActionIntent) for r in batch):
-            assert [r.kind for r in batch] == ["model_result", "action_intent"]
-
-
 async def test_an_interpreter_that_raises_leaves_the_model_result_in_the_journal() -> None:
     class Broken:
         def interpret(self, reply: ModelReply, tool_specs: Any) -> Any:
@@ -296,6 +289,18 @@ async def test_an_interpreter_that_raises_leaves_the_model_result_in_the_journal
     journal = RecordingJournal()
     loop = Loop(ScriptedModel(["hello"]), journal=journal, interpreter=Broken())
     with pytest.raises(RuntimeError, match="interpreter bug"):
+        await loop.run("g", run_id="b")
+    assert journal.kinds() == [["model_intent"], ["model_result"]]
+
+
+async def test_an_interpreter_returning_no_decision_fails_after_writing_the_model_result() -> None:
+    class Odd:
+        def interpret(self, reply: ModelReply, tool_specs: Any) -> Any:
+            return "not a decision"
+
+    journal = RecordingJournal()
+    loop = Loop(ScriptedModel(["hello"]), journal=journal, interpreter=Odd())
+    with pytest.raises(TypeError, match="not a Decision"):
         await loop.run("g", run_id="b")
     assert journal.kinds() == [["model_intent"], ["model_result"]]
 

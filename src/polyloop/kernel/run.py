@@ -365,6 +365,8 @@ class RunDriver:
             decision = self.cfg.interpreter.interpret(reply, self.tool_specs)
             if isinstance(decision, Action):
                 policy = ReplayPolicy(self.cfg.environment.replay_policy(decision))
+            elif not isinstance(decision, InvalidDecision | FinalAnswer):
+                raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
         except Exception:
             if first:
                 await self._write(first)
@@ -399,10 +401,6 @@ class RunDriver:
                 step=step,
                 reply=reply,
             )
-        if not isinstance(decision, Action):
-            if first:
-                await self._write(first)
-            raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
         # F: write the action intent (with the model result), then execute.
         action = decision
         args = action.arguments

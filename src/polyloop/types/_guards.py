@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
 from ._errors import ConfigError
 from ._step import StepRecord
-from ._values import Failure
+from ._values import Failure, canonical_json
 
 __all__ = [
     "Complete",
@@ -174,7 +173,7 @@ class EscalationReport:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return canonical_json(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EscalationReport:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ._enums import ActionStatus
 from ._errors import JournalError
+from ._values import canonical_json
 
 __all__ = ["STEP_SCHEMA_VERSION", "StepRecord"]
 
@@ -130,7 +131,7 @@ class StepRecord:
 
     def to_json(self) -> str:
         """Stable JSON: sorted keys, no spaces, real unicode (the canonical form)."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return canonical_json(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepRecord:
