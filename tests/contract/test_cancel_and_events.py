@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from polyloop.events import (
 )
 from polyloop.journal import MemoryJournal
 from polyloop.testing import FunctionModel, ScriptedModel
-from polyloop.types import ActionResult, ModelRequest, RunEnd
+from polyloop.types import ActionResult, Lease, ModelRequest, RunEnd
 from tests.conftest import RecordingJournal, call, make_tools
 
 # --- §2 the entry ----------------------------------------------------------------------------
@@ -323,3 +324,32 @@ async def test_a_live_run_renews_its_lease_every_third_of_its_duration() -> None
     seen = len(renewals)
     await asyncio.sleep(0.25)  # more than a heartbeat period: an ended run renews nothing
     assert len(renewals) == seen
+
+
+async def test_no_action_starts_with_less_than_a_third_of_the_lease_left() -> None:
+    """durability.md, leases: a run whose lease is about to run out renews it before the
+    environment is called, not only on the heartbeat."""
+    renewals: list[float] = []
+    seen_at_call: list[int] = []
+
+    class Expiring(RecordingJournal):
+        async def create(self, spec: Any, *, ttl_s: float) -> Any:
+            lease = await super().create(spec, ttl_s=ttl_s)
+            return Lease(lease.run_id, lease.owner, time.time() + 1.0)  # 1 s of 30 left
+
+        async def renew(self, lease: Any, *, ttl_s: float) -> Any:
+            renewals.append(ttl_s)
+            return await super().renew(lease, ttl_s=ttl_s)
+
+    tools = ToolRegistry()
+
+    @tools.tool
+    def probe() -> str:
+        """Note how many renewals happened before this action."""
+        seen_at_call.append(len(renewals))
+        return "ok"
+
+    loop = Loop(ScriptedModel([call("probe"), "done"]), tools=tools, journal=Expiring())
+    r = await loop.run("g")
+    assert r.stop_reason == StopReason.agent_finished
+    assert seen_at_call == [1] and renewals == [30.0]

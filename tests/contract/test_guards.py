@@ -47,6 +47,15 @@ async def test_a_guard_that_steers_twice_then_completes_finishes_after_two_extra
     assert [len(c.steps) for c in seen] == [0, 1, 2]  # the history before each answer
 
 
+async def test_a_steered_final_answer_resets_the_consecutive_invalid_count() -> None:
+    """§6: any valid decision (E or F) resets the count; a steered answer is one (E)."""
+    model = ScriptedModel(["", "answer 1", "", "answer 2"])
+    loop = Loop(model, guards=[steer_times(1)], limits=Limits(max_consecutive_invalid=2))
+    r = await loop.run("g")
+    assert r.stop_reason == StopReason.agent_finished and r.final_answer == "answer 2"
+    assert [s.parse_ok for s in r.steps] == [False, True, False, True]
+
+
 async def test_a_steered_step_holds_the_feedback_as_its_synthetic_observation() -> None:
     model = ScriptedModel(["first try", "better"])
     r = await Loop(model, guards=[steer_times(1)]).run("g")

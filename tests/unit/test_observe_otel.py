@@ -4,7 +4,6 @@ what is (not) exported, against the SDK's in-memory exporter."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import sys
@@ -236,12 +235,11 @@ async def test_spans_end_when_a_run_is_cancelled_during_a_model_call() -> None:
     task = asyncio.ensure_future(loop.run("wait", run_id="c2"))
     await asyncio.sleep(0.05)
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    with pytest.raises(asyncio.CancelledError):
         await task
     names = by_name(exporter.get_finished_spans())
     chat = names["chat"][0]
     assert (chat.attributes or {})["polyloop.interrupted"] is True
-    assert chat.end_time is not None
     assert (names["invoke_agent"][0].attributes or {})["polyloop.stop_reason"] == "cancelled"
 
 
