@@ -3,9 +3,10 @@ in another process (a Ray worker) — ``sqlite:/abs/path.db`` or a PostgreSQL UR
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from polyloop import ConfigError, Loop
@@ -113,3 +114,17 @@ def open_journal(spec: str) -> Any:
 
     path = spec.removeprefix("sqlite:")
     return SQLiteJournal(path)
+
+
+@contextlib.asynccontextmanager
+async def journal_of(journal: BatchJournal | str) -> AsyncIterator[BatchJournal]:
+    """``journal`` itself, or, for a spec string, the journal it names (:func:`open_journal`),
+    closed when the block ends."""
+    if not isinstance(journal, str):
+        yield journal
+        return
+    opened = open_journal(journal)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()

@@ -12,7 +12,7 @@ from polyloop.types import RunEnd, RunSpec
 
 from ._drive import Tracker
 from ._goals import Goal, goal_run_id
-from ._journals import BatchJournal, LoopFactory, open_journal
+from ._journals import BatchJournal, LoopFactory, journal_of
 from ._results import BatchResult, ProgressFn, RunOutcome
 
 __all__ = ["Backend", "execute", "run_batch", "submit"]
@@ -140,45 +140,30 @@ async def execute(
     if backend not in ("local", "ray"):
         raise ConfigError(f"backend must be 'local' or 'ray', got {backend!r}")
     ids = list(dict.fromkeys(run_ids))
-    if isinstance(journal, str):
-        opened = open_journal(journal)
-        try:
-            return await execute(
+    async with journal_of(journal) as opened:
+        tracker = Tracker(ids, on_progress)
+        ended = await _ended(opened, ids)
+        for outcome in ended.values():
+            tracker.finished(outcome, quiet=True)
+        todo = [r for r in ids if r not in ended]
+        if backend == "local":
+            from ._local import run_local
+
+            await run_local(opened, todo, make_loop, concurrency=concurrency, tracker=tracker)
+        else:
+            from .ray import run_on_ray
+
+            await run_on_ray(
                 opened,
-                ids,
+                todo,
                 make_loop,
                 concurrency=concurrency,
-                backend=backend,
-                on_progress=on_progress,
+                tracker=tracker,
                 actors=actors,
                 actor_options=actor_options,
                 max_task_retries=max_task_retries,
             )
-        finally:
-            await opened.aclose()
-    tracker = Tracker(ids, on_progress)
-    ended = await _ended(journal, ids)
-    for outcome in ended.values():
-        tracker.finished(outcome, quiet=True)
-    todo = [r for r in ids if r not in ended]
-    if backend == "local":
-        from ._local import run_local
-
-        await run_local(journal, todo, make_loop, concurrency=concurrency, tracker=tracker)
-    else:
-        from .ray import run_on_ray
-
-        await run_on_ray(
-            journal,
-            todo,
-            make_loop,
-            concurrency=concurrency,
-            tracker=tracker,
-            actors=actors,
-            actor_options=actor_options,
-            max_task_retries=max_task_retries,
-        )
-    return tracker.result()
+        return tracker.result()
 
 
 async def run_batch(
@@ -205,36 +190,19 @@ async def run_batch(
                                  lambda journal: Loop(model, tools=tools, journal=journal))
         print(result.summary())
     """
-    if isinstance(journal, str):
-        opened = open_journal(journal)
-        try:
-            return await run_batch(
-                opened,
-                goals,
-                make_loop,
-                concurrency=concurrency,
-                backend=backend,
-                limits=limits,
-                on_progress=on_progress,
-                wording_version=wording_version,
-                actors=actors,
-                actor_options=actor_options,
-                max_task_retries=max_task_retries,
-            )
-        finally:
-            await opened.aclose()
-    ids = await submit(journal, goals, limits=limits, wording_version=wording_version)
-    return await execute(
-        journal,
-        ids,
-        make_loop,
-        concurrency=concurrency,
-        backend=backend,
-        on_progress=on_progress,
-        actors=actors,
-        actor_options=actor_options,
-        max_task_retries=max_task_retries,
-    )
+    async with journal_of(journal) as opened:
+        ids = await submit(opened, goals, limits=limits, wording_version=wording_version)
+        return await execute(
+            opened,
+            ids,
+            make_loop,
+            concurrency=concurrency,
+            backend=backend,
+            on_progress=on_progress,
+            actors=actors,
+            actor_options=actor_options,
+            max_task_retries=max_task_retries,
+        )
 
 
 async def _ended(journal: BatchJournal, ids: Sequence[str]) -> dict[str, RunOutcome]:

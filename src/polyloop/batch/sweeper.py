@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from polyloop import ConfigError
 
-from ._journals import BatchJournal, LoopFactory, open_journal
+from ._journals import BatchJournal, LoopFactory, journal_of
 from ._results import BatchResult, ProgressFn
 from .runner import Backend, execute
 
@@ -112,31 +112,16 @@ async def recover(
 
         result = await recover(SQLiteJournal("runs.db"), make_loop, older_than_s=0)
     """
-    if isinstance(journal, str):
-        opened = open_journal(journal)
-        try:
-            return await recover(
-                opened,
-                make_loop,
-                older_than_s=older_than_s,
-                concurrency=concurrency,
-                backend=backend,
-                on_progress=on_progress,
-                actors=actors,
-                actor_options=actor_options,
-                max_task_retries=max_task_retries,
-            )
-        finally:
-            await opened.aclose()
-    stalled = await find_stalled(journal, older_than_s=older_than_s)
-    return await execute(
-        journal,
-        [s.run_id for s in stalled],
-        make_loop,
-        concurrency=concurrency,
-        backend=backend,
-        on_progress=on_progress,
-        actors=actors,
-        actor_options=actor_options,
-        max_task_retries=max_task_retries,
-    )
+    async with journal_of(journal) as opened:
+        stalled = await find_stalled(opened, older_than_s=older_than_s)
+        return await execute(
+            opened,
+            [s.run_id for s in stalled],
+            make_loop,
+            concurrency=concurrency,
+            backend=backend,
+            on_progress=on_progress,
+            actors=actors,
+            actor_options=actor_options,
+            max_task_retries=max_task_retries,
+        )
