@@ -140,6 +140,14 @@ def _error_info(exc: BaseException) -> ErrorInfo:
     return ErrorInfo(type(exc).__name__, str(exc))
 
 
+def _pending(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
+    """The action of ``intent``, whose outcome is not known, under ``policy``."""
+    a = intent.action
+    return PendingAction(
+        intent.step_idx, intent.op_id, a.tool_name, intent.args_json, a.text, policy
+    )
+
+
 def _env_detail(outcome: Outcome) -> str:
     f = outcome.failure
     if f is not None and f.error_type:
@@ -605,14 +613,7 @@ class RunDriver:
         return build_result(self.spec, st, self.context)
 
     async def _end_unknown(self, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
-        pending = PendingAction(
-            intent.step_idx,
-            intent.op_id,
-            intent.action.tool_name,
-            intent.args_json,
-            intent.action.text,
-            policy,
-        )
+        pending = _pending(intent, policy)
         return await self._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)
 
     # -- cancellation -------------------------------------------------------------------------
@@ -636,14 +637,7 @@ class RunDriver:
                 records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0), StepWritten(step))
             else:
                 started = self._in_flight is not None
-                pending = PendingAction(
-                    intent.step_idx,
-                    intent.op_id,
-                    intent.action.tool_name,
-                    intent.args_json,
-                    intent.action.text,
-                    intent.replay_policy,
-                )
+                pending = _pending(intent, intent.replay_policy)
                 detail = (
                     f"in-flight action {pending.describe()}: outcome unknown"
                     if started
