@@ -15,6 +15,7 @@ from polyloop.types import Lease, Record, RunSpec
 __all__ = [
     "BatchJournal",
     "LoopFactory",
+    "is_postgres_spec",
     "journal_spec",
     "open_journal",
     "resolve_factory",
@@ -95,6 +96,11 @@ def journal_spec(journal: Any) -> str:
     )
 
 
+def is_postgres_spec(spec: str) -> bool:
+    """Does ``spec`` name a PostgreSQL journal (``postgresql://…`` / ``postgres://…``)?"""
+    return spec.startswith(_PG_SCHEMES)
+
+
 def open_journal(spec: str) -> Any:
     """Open the journal a spec names: ``postgresql://…`` / ``postgres://…`` (optionally ending
     in ``#schema=NAME``) is a ``PostgresJournal`` (extra ``polyloop[postgres]``); ``sqlite:PATH``
@@ -105,7 +111,7 @@ def open_journal(spec: str) -> Any:
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"a journal spec is a SQLite path or a PostgreSQL URI, got {spec!r}")
-    if spec.startswith(_PG_SCHEMES):
+    if is_postgres_spec(spec):
         from polyloop.journal import PostgresJournal
 
         dsn, mark, schema = spec.partition(_SCHEMA_MARK)

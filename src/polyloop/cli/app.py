@@ -444,9 +444,11 @@ def _built_loop(loop: Any, journal: Any) -> Any:
 
 
 def _journal_spec(journal: str | None, *, must_exist: bool) -> str:
+    from polyloop.batch._journals import is_postgres_spec
+
     from ._setup import journal_path
 
-    if journal is not None and journal.startswith(("postgresql://", "postgres://")):
+    if journal is not None and is_postgres_spec(journal):
         return journal
     path = journal_path(None if journal is None else Path(journal))
     if must_exist and not path.is_file():
