@@ -74,6 +74,7 @@ from ..types import (
     StepRecord,
     canonical_json,
 )
+from . import sqlite
 from ._owner import new_owner, owner_is_dead
 from .sqlite import (
     _INSERT_INTENT,
@@ -81,12 +82,10 @@ from .sqlite import (
     _INSERT_STEP,
     _MARK_UNCERTAIN,
     _STEP_COLUMNS,
-    _STEP_NAMES,
     _UPSERT_CALL,
     JOURNAL_SCHEMA_VERSION,
     _Append,
     _check_meta,
-    _json_default,
     _parse_run,
     _prepare,
     _step_from_row,
@@ -240,16 +239,12 @@ _FENCE = """WITH fenced AS (
 _RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
     RETURNING lease_expires_at"""
-_RELEASE = """UPDATE runs SET owner = NULL, lease_expires_at = NULL
-    WHERE run_id = %s AND owner = %s"""
-_LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = %s"
-_END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = %s AND state = 'pending'"
-_END_RUN = """UPDATE runs SET status = 'ended', stop_reason = %s, stop_detail = %s,
-    final_answer = %s, steps_used = %s, actions_executed = %s, ended_at = %s, owner = NULL,
-    lease_expires_at = NULL WHERE run_id = %s"""
-_READ_RUN = """SELECT goal, history_json, metadata_json, limits_json, wording_version,
-    created_at, journal_schema_version FROM runs WHERE run_id = %s"""
-_READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = %s ORDER BY seq"
+_RELEASE = _pg(sqlite._RELEASE)
+_LEASE_OF = _pg(sqlite._LEASE_OF)
+_END_PENDING = _pg(sqlite._END_PENDING)
+_END_RUN = _pg(sqlite._END_RUN)
+_READ_RUN = _pg(sqlite._READ_RUN)
+_READ_RECORDS = _pg(sqlite._READ_RECORDS)
 _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
         CASE WHEN status = 'ended' THEN steps_used
              ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
@@ -261,7 +256,7 @@ _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
         journal_schema_version, goal, limits_json, metadata_json
     FROM runs r {where} ORDER BY created_at, run_id COLLATE "C"
 """
-_READ_STEPS = f"SELECT {', '.join(_STEP_NAMES)} FROM steps WHERE run_id = %s ORDER BY step_idx"
+_READ_STEPS = _pg(sqlite._READ_STEPS)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -276,17 +271,6 @@ def _no_nul(value: Any) -> Any:
 
 def _clean(row: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(_no_nul(v) for v in row)
-
-
-def _to_json(value: object, what: str, run_id: str) -> str:
-    try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
-        )
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"run {run_id!r}: the {what} must be JSON-ready to be journaled in PostgreSQL ({exc})"
-        ) from exc
 
 
 def _describe(dsn: str, conninfo: Mapping[str, Any]) -> str:
@@ -476,8 +460,8 @@ class PostgresJournal:
             "limits": canonical_json(spec.limits.to_dict()),
             "metadata": None
             if spec.metadata is None
-            else _to_json(dict(spec.metadata), "metadata", run_id),
-            "history": _to_json(list(spec.history), "history", run_id),
+            else sqlite._dumps(dict(spec.metadata), "metadata", run_id, "PostgreSQL"),
+            "history": sqlite._dumps(list(spec.history), "history", run_id, "PostgreSQL"),
         }
 
         async def run() -> Lease:

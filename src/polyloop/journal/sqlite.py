@@ -214,6 +214,13 @@ _UPSERT_CALL = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt,
         state = excluded.state, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
         error = excluded.error"""
+_END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = ? AND state = 'pending'"
+_RELEASE = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
+_LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?"
+_READ_RUN = """SELECT goal, history_json, metadata_json, limits_json, wording_version,
+    created_at, journal_schema_version FROM runs WHERE run_id = ?"""
+_READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq"
+_READ_STEPS = f"SELECT {', '.join(_STEP_NAMES)} FROM steps WHERE run_id = ? ORDER BY step_idx"
 _END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?,
     final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, owner = NULL,
     lease_expires_at = NULL WHERE run_id = ?"""
@@ -244,7 +251,9 @@ def _json_default(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON-ready")
 
 
-def _dumps(value: object, what: str, run_id: str) -> str:
+def _dumps(value: object, what: str, run_id: str, backend: str = "SQLite") -> str:
+    """Canonical JSON of a run's history or metadata (mappings become objects); TypeError
+    naming the run and the backend when ``value`` is not JSON-ready."""
     try:
         return json.dumps(
             value,
@@ -255,7 +264,7 @@ def _dumps(value: object, what: str, run_id: str) -> str:
         )
     except (TypeError, ValueError) as exc:
         raise TypeError(
-            f"run {run_id!r}: the {what} must be JSON-ready to be journaled in SQLite ({exc})"
+            f"run {run_id!r}: the {what} must be JSON-ready to be journaled in {backend} ({exc})"
         ) from exc
 
 
@@ -865,10 +874,7 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
         if end is None:
             seqs.set(run_id, (owner, nxt + len(p.rows)))
             return
-        conn.execute(
-            "UPDATE model_calls SET state = 'uncertain' WHERE run_id = ? AND state = 'pending'",
-            (run_id,),
-        )
+        conn.execute(_END_PENDING, (run_id,))
         conn.execute(
             _END_RUN,
             (
@@ -1021,9 +1027,7 @@ class SQLiteJournal:
         clock = self._clock
 
         def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
-            row = conn.execute(
-                "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
+            row = conn.execute(_LEASE_OF, (run_id,)).fetchone()
             if row is None:
                 raise RunNotFound(run_id)
             old_owner, old_expiry = row
@@ -1037,9 +1041,7 @@ class SQLiteJournal:
                 (owner, expires, run_id, old_owner, old_expiry),
             )
             if cur.rowcount != 1:  # cannot happen under the write lock; lose cleanly if it does
-                now_owner = conn.execute(
-                    "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
-                ).fetchone()
+                now_owner = conn.execute(_LEASE_OF, (run_id,)).fetchone()
                 raise RunLeased(run_id, str(now_owner[0]), float(now_owner[1] or 0.0))
             nxt = conn.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
@@ -1155,10 +1157,7 @@ async def _wait_answer(job: _Job) -> None:
 
 def _release_fn(lease: Lease) -> _Fn:
     def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
-        conn.execute(
-            "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?",
-            (lease.run_id, lease.owner),
-        )
+        conn.execute(_RELEASE, (lease.run_id, lease.owner))
         seqs.set(lease.run_id, None)
 
     return run
@@ -1169,15 +1168,12 @@ def _release_fn(lease: Lease) -> _Fn:
 
 def _read_run(conn: sqlite3.Connection, run_id: str) -> tuple[RunSpec, tuple[Record, ...]]:
     row = conn.execute(
-        "SELECT goal, history_json, metadata_json, limits_json, wording_version, created_at, "
-        "journal_schema_version FROM runs WHERE run_id = ?",
+        _READ_RUN,
         (run_id,),
     ).fetchone()
     if row is None:
         raise RunNotFound(run_id)
-    rows = conn.execute(
-        "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
-    ).fetchall()
+    rows = conn.execute(_READ_RECORDS, (run_id,)).fetchall()
     return _parse_run(run_id, row, rows)
 
 
@@ -1251,7 +1247,7 @@ def _read_steps(conn: sqlite3.Connection, run_id: str) -> list[StepRecord]:
     if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
         raise RunNotFound(run_id)
     rows = conn.execute(
-        f"SELECT {', '.join(_STEP_NAMES)} FROM steps WHERE run_id = ? ORDER BY step_idx",
+        _READ_STEPS,
         (run_id,),
     ).fetchall()
     try:
