@@ -223,7 +223,18 @@ async def test_detach_stops_at_the_next_step_boundary_without_an_end_record() ->
         await loop.run("g", run_id="d1")
     assert info.value.steps_used == 2  # the step in progress finished first
     assert journal.end("d1") is None
-    # The lease is released: another Loop can resume at once and finish the run.
+
+    # The lease is released: another Loop can resume at once; detached again, resume raises
+    # RunDetached too; a third execution finishes the run.
+    def detach_at_3(request: ModelRequest) -> ModelReply:
+        if request.step_idx == 3:
+            assert holder["again"].detach("d1") is True
+        return fn(request)
+
+    holder["again"] = Loop(FunctionModel(detach_at_3), tools=make_tools(), journal=journal)
+    with pytest.raises(RunDetached, match="d1") as info:
+        await holder["again"].resume("d1")
+    assert info.value.steps_used == 4 and journal.end("d1") is None
     r = await Loop(FunctionModel(fn), tools=make_tools(), journal=journal).resume("d1")
     assert r.stop_reason == StopReason.agent_finished and r.steps_used == 5
     assert [s.step_idx for s in r.steps] == [0, 1, 2, 3, 4]

@@ -348,13 +348,21 @@ async def test_prompt_chars_is_the_size_of_what_the_model_was_sent() -> None:
 
 async def test_wall_time_covers_model_and_action() -> None:
     clock = FakeClock()
+    tools = ToolRegistry()
+
+    @tools.tool
+    async def work() -> str:
+        """Take half a second."""
+        clock.advance(0.5)
+        return "done"
 
     async def slow(request: ModelRequest) -> ModelReply:
         clock.advance(0.25)
-        return call("noop") if request.step_idx == 0 else ModelReply("end")
+        return call("work") if request.step_idx == 0 else ModelReply("end")
 
-    r = await Loop(FunctionModel(slow), tools=make_tools(), clock=clock).run("g")
-    assert r.steps[0].step_wall_ms == pytest.approx(250.0)
+    r = await Loop(FunctionModel(slow), tools=tools, clock=clock).run("g")
+    assert r.steps[0].step_wall_ms == pytest.approx(750.0)  # the model's 250 + the tool's 500
+    assert r.steps[1].step_wall_ms == pytest.approx(250.0)
 
 
 def test_canonical_json_is_sorted_compact_and_unicode() -> None:
