@@ -240,12 +240,17 @@ async def test_runs_table_counts_stop_reasons_with_plain_sql(journal_backend: St
         listed = await journal.list_runs()
         ended = await journal.list_runs(status="ended")
         assert await journal.list_runs(status="running") == []
+        one = await journal.list_runs(run_id="env_error-1")
+        assert await journal.list_runs(run_id="no-such-run") == []
+        assert await journal.list_runs(status="running", run_id="env_error-1") == []
+        assert await journal.list_runs(status="ended", run_id="env_error-1") == one
     counts = dict(store.sql("SELECT stop_reason, count(*) FROM runs GROUP BY 1"))
     assert counts == {"agent_finished": 1, "step_budget": 1, "env_error": 2, "llm_error": 1}
     assert {d["run_id"] for d in listed} == {
         "agent_finished-0", "step_budget-0", "env_error-0", "env_error-1", "llm_error-0",
     }  # fmt: skip
     assert [d["run_id"] for d in listed] == [d["run_id"] for d in ended]
+    assert one == [d for d in listed if d["run_id"] == "env_error-1"]
     budget = next(d for d in listed if d["run_id"] == "step_budget-0")
     assert budget["steps_used"] == 3 and budget["limits"]["max_steps"] == 3
     assert "history_json" not in budget and "version" not in budget

@@ -179,7 +179,7 @@ async def _fill(journal: SQLiteJournal) -> None:
     )
     for _ in range(500):
         await asyncio.sleep(0.01)
-        rows = [r for r in await journal.list_runs() if r["run_id"] == "run-cancelled"]
+        rows = await journal.list_runs(run_id="run-cancelled")
         if rows and rows[0]["steps_used"] >= 1:
             await asyncio.sleep(0.05)
             break

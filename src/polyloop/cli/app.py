@@ -267,7 +267,7 @@ def show(
 
     async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None]:
         async with open_journal(journal, must_exist=True) as j:
-            rows = [r for r in await j.journal.list_runs() if r["run_id"] == run_id]
+            rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.path}")
             _, records = await j.journal.read(run_id)

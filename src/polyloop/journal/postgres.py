@@ -531,15 +531,23 @@ class PostgresJournal:
         await self._guarded(self._release(lease))
 
     # -- read-only helpers (never write; for the CLI and tests) -------------------------------
-    async def list_runs(self, *, status: str | None = None) -> list[dict[str, Any]]:
-        """Every run (or those with ``status`` 'running'/'ended'), oldest first, as dicts of the
-        ``runs`` columns except ``history_json`` and ``version``, with ``metadata`` and
-        ``limits`` decoded: the same shape as :meth:`SQLiteJournal.list_runs`. For a running
-        run, ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
-        where = "" if status is None else "WHERE status = %s"
-        query = _LIST_RUNS.format(where=where)
+    async def list_runs(
+        self, *, status: str | None = None, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``: a list
+        of one or none, read by its key), oldest first, as dicts of the ``runs`` columns
+        except ``history_json`` and ``version``, with ``metadata`` and ``limits`` decoded: the
+        same shape as :meth:`SQLiteJournal.list_runs`. For a running run,
+        ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
+        conditions = [
+            (column, value)
+            for column, value in (("status", status), ("run_id", run_id))
+            if value is not None
+        ]
+        where = " AND ".join(f"{column} = %s" for column, _ in conditions)
+        query = _LIST_RUNS.format(where=f"WHERE {where}" if where else "")
         async with self._connection() as conn:
-            cur = await conn.execute(query, () if status is None else (status,))
+            cur = await conn.execute(query, tuple(value for _, value in conditions))
             names = [d.name for d in cur.description or ()]
             rows = await cur.fetchall()
         out = []

@@ -1080,12 +1080,14 @@ class SQLiteJournal:
         await self._write(_release_fn(lease), lease.run_id)
 
     # -- read-only helpers (never write; for the CLI and tests) -------------------------------
-    async def list_runs(self, *, status: str | None = None) -> list[dict[str, Any]]:
-        """Every run (or those with ``status`` 'running'/'ended'), oldest first, as dicts of the
-        ``runs`` columns except ``history_json``, with ``metadata`` and ``limits`` decoded.
-        For a running run, ``steps_used``/``actions_executed`` are counted from ``steps``.
-        Read-only."""
-        return await asyncio.to_thread(self._readers.run, lambda c: _list_runs(c, status))
+    async def list_runs(
+        self, *, status: str | None = None, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``: a list
+        of one or none, read by its key), oldest first, as dicts of the ``runs`` columns
+        except ``history_json``, with ``metadata`` and ``limits`` decoded. For a running
+        run, ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
+        return await asyncio.to_thread(self._readers.run, lambda c: _list_runs(c, status, run_id))
 
     async def steps(self, run_id: str) -> list[StepRecord]:
         """A run's step records from the ``steps`` table, by ``step_idx``. Read-only.
@@ -1218,7 +1220,9 @@ def _parse_run(
     return spec, tuple(records)
 
 
-def _list_runs(conn: sqlite3.Connection, status: str | None) -> list[dict[str, Any]]:
+def _list_runs(
+    conn: sqlite3.Connection, status: str | None, run_id: str | None
+) -> list[dict[str, Any]]:
     cur = conn.execute(
         """SELECT run_id, status, stop_reason, stop_detail, final_answer,
             CASE WHEN status = 'ended' THEN steps_used
@@ -1229,8 +1233,9 @@ def _list_runs(conn: sqlite3.Connection, status: str | None) -> list[dict[str, A
                        AND s.action_status = 'executed') END AS actions_executed,
             created_at, ended_at, owner, lease_expires_at, wording_version,
             journal_schema_version, goal, limits_json, metadata_json
-        FROM runs r WHERE ? IS NULL OR status = ? ORDER BY created_at, run_id""",
-        (status, status),
+        FROM runs r WHERE (? IS NULL OR status = ?) AND (? IS NULL OR run_id = ?)
+        ORDER BY created_at, run_id""",
+        (status, status, run_id, run_id),
     )
     names = [d[0] for d in cur.description]
     out = []

@@ -38,7 +38,9 @@ KNOWN_STOP_REASONS: tuple[str, ...] = tuple(str(r) for r in StopReason)
 class ReadableJournal(Protocol):
     """The read side the viewer needs (``SQLiteJournal`` has it)."""
 
-    async def list_runs(self) -> list[dict[str, Any]]: ...
+    async def list_runs(self, *, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Every run, or only ``run_id`` (a list of one or none)."""
+        ...
 
     async def steps(self, run_id: str) -> list[StepRecord]: ...
 
@@ -242,10 +244,8 @@ class Source:
         return [run_row(d, now) for d in await self.journal.list_runs()]
 
     async def run(self, run_id: str) -> RunRow | None:
-        for r in await self.runs():
-            if r.run_id == run_id:
-                return r
-        return None
+        rows = await self.journal.list_runs(run_id=run_id)
+        return run_row(rows[0], time.time()) if rows else None
 
     async def detail(self, run: RunRow) -> RunDetail:
         token = run.token()
