@@ -56,6 +56,7 @@ import contextlib
 import functools
 import json
 import logging
+import operator
 import os
 import queue
 import sqlite3
@@ -89,7 +90,7 @@ from ..types import (
     StepWritten,
     canonical_json,
     record_from_dict,
-    record_to_dict,
+    record_json,
 )
 from ._owner import new_owner, owner_is_dead
 
@@ -288,9 +289,21 @@ def _error_text(error: ErrorInfo) -> str:
     return f"{error.type}: {error.message} [kind={error.kind}, retryable={error.retryable}]"
 
 
-def _step_row(d: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A ``steps`` row (without its run_id) from ``StepRecord.to_dict()`` output."""
-    return tuple(int(d[name]) if name in _STEP_BOOLS else d[name] for name in _STEP_NAMES)
+_STEP_FIELDS = operator.attrgetter(*_STEP_NAMES)
+_ROW_BOOLS = tuple(i for i, name in enumerate(_STEP_NAMES) if name in _STEP_BOOLS)
+_ROW_STATUS = _STEP_NAMES.index("action_status")
+
+
+def _step_row(step: StepRecord) -> list[Any]:
+    """A ``steps`` row (without its run_id): the fields in column order, booleans as 0/1,
+    ``action_status`` as its string (as ``StepRecord.to_dict()`` gives them)."""
+    row = list(_STEP_FIELDS(step))
+    for i in _ROW_BOOLS:
+        row[i] = int(row[i])
+    status = row[_ROW_STATUS]
+    if status is not None:
+        row[_ROW_STATUS] = status.value
+    return row
 
 
 def _step_from_row(row: Sequence[Any]) -> StepRecord:
@@ -783,8 +796,7 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     run_id = lease.run_id
     p = _Append(lease)
     for r in records:
-        body = record_to_dict(r)
-        p.rows.append((r.kind, canonical_json(body)))
+        p.rows.append((r.kind, record_json(r)))
         match r:
             case ModelIntent():
                 p.calls.append(("intent", (run_id, r.step_idx, r.intent_id, r.attempt)))
@@ -826,8 +838,8 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                         ),
                     )
                 )
-            case StepWritten():
-                p.steps.append((run_id, *_step_row(body["step"])))
+            case StepWritten(step):
+                p.steps.append((run_id, *_step_row(step)))
             case RunEnd():
                 p.end = r
             case _:

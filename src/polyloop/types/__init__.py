@@ -56,6 +56,7 @@ from ._records import (
     StepWritten,
     Turn,
     record_from_dict,
+    record_json,
     record_to_dict,
 )
 from ._step import STEP_SCHEMA_VERSION, StepRecord
@@ -153,5 +154,6 @@ __all__ = [
     "detect_pattern",
     "raw_response_of",
     "record_from_dict",
+    "record_json",
     "record_to_dict",
 ]
