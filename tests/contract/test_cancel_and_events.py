@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from polyloop.events import (
 )
 from polyloop.journal import MemoryJournal
 from polyloop.testing import FunctionModel, ScriptedModel
-from polyloop.types import ActionResult, Lease, ModelRequest, RunEnd
+from polyloop.types import ActionResult, JournalError, Lease, ModelRequest, RunEnd
 from tests.conftest import RecordingJournal, call, make_tools
 
 # --- §2 the entry ----------------------------------------------------------------------------
@@ -203,6 +204,45 @@ async def test_an_end_record_already_written_stands_on_cancellation() -> None:
         await task
     ends = [r for r in inner.records("c5") if isinstance(r, RunEnd)]
     assert len(ends) == 1 and ends[0].stop_reason == StopReason.agent_finished
+
+
+async def test_a_cancelled_end_record_not_durable_in_time_leaves_the_run_resumable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inner = MemoryJournal()
+    started, give_up = asyncio.Event(), asyncio.Event()
+
+    class StuckEnd(RecordingJournal):
+        async def append(self, lease: Any, records: Any) -> None:
+            if any(isinstance(r, RunEnd) for r in records):
+                await give_up.wait()  # the disk hangs; later the write fails
+                raise JournalError("the disk went away")
+            await super().append(lease, records)
+
+    async def hang(request: ModelRequest) -> ModelReply:
+        started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    loop = Loop(FunctionModel(hang), journal=StuckEnd(inner))
+    # Not a Loop argument: how long cancellation waits for its end record (10 s by default).
+    loop._kernel.cfg = dataclasses.replace(loop._kernel.cfg, end_write_timeout_s=0.05)
+    task = asyncio.create_task(loop.run("g", run_id="c6"))
+    await started.wait()
+    t = time.monotonic()
+    task.cancel()
+    with caplog.at_level(logging.WARNING, logger="polyloop"), pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - t < 5  # the timeout, not the hung write, ended the wait
+    assert "was not durable in time" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="polyloop"):
+        give_up.set()
+        for _ in range(3):
+            await asyncio.sleep(0)  # the stuck write fails now: no end record ever lands
+    assert "late cancelled end record failed" in caplog.text and "disk went away" in caplog.text
+    assert not any(isinstance(r, RunEnd) for r in inner.records("c6"))
+    r = await Loop(ScriptedModel(["done after all"]), journal=inner).resume("c6")
+    assert r.stop_reason == StopReason.agent_finished and r.final_answer == "done after all"
 
 
 # --- §8 detaching and other exceptions ---------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -96,6 +97,20 @@ from .steps import (
 __all__ = ["KernelConfig", "RunDriver", "new_id"]
 
 log = logging.getLogger("polyloop")
+
+
+def _late_end_write(run_id: str, write: asyncio.Future[None]) -> None:
+    """How a ``cancelled`` end record that outlived its wait ended."""
+    if write.cancelled():
+        log.warning("run %s: the late cancelled end record was cancelled", run_id)
+    elif (exc := write.exception()) is not None:
+        log.warning(
+            "run %s: the late cancelled end record failed (%r); the run stays resumable",
+            run_id,
+            exc,
+        )
+    else:
+        log.info("run %s: the late cancelled end record landed", run_id)
 
 
 def new_id() -> str:
@@ -664,6 +679,8 @@ class RunDriver:
                 self.run_id,
                 exc,
             )
+            if not done:  # say how the write ends, and retrieve its error
+                write.add_done_callback(functools.partial(_late_end_write, self.run_id))
             return
         self._ended = True
         st.end = end
