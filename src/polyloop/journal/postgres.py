@@ -74,9 +74,9 @@ from ..types import (
     StepRecord,
     canonical_json,
 )
-from . import sqlite
+from . import _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
-from .sqlite import (
+from ._sqlite_schema import (
     _INSERT_INTENT,
     _INSERT_JOURNAL,
     _INSERT_STEP,
@@ -84,13 +84,11 @@ from .sqlite import (
     _STEP_COLUMNS,
     _UPSERT_CALL,
     JOURNAL_SCHEMA_VERSION,
-    _Append,
     _check_meta,
-    _parse_run,
-    _prepare,
     _step_from_row,
-    _wait_uninterrupted,
 )
+from ._sqlite_writer import _wait_uninterrupted
+from .sqlite import _Append, _parse_run, _prepare
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -239,12 +237,12 @@ _FENCE = """WITH fenced AS (
 _RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
     RETURNING lease_expires_at"""
-_RELEASE = _pg(sqlite._RELEASE)
-_LEASE_OF = _pg(sqlite._LEASE_OF)
-_END_PENDING = _pg(sqlite._END_PENDING)
-_END_RUN = _pg(sqlite._END_RUN)
-_READ_RUN = _pg(sqlite._READ_RUN)
-_READ_RECORDS = _pg(sqlite._READ_RECORDS)
+_RELEASE = _pg(_sqlite_schema._RELEASE)
+_LEASE_OF = _pg(_sqlite_schema._LEASE_OF)
+_END_PENDING = _pg(_sqlite_schema._END_PENDING)
+_END_RUN = _pg(_sqlite_schema._END_RUN)
+_READ_RUN = _pg(_sqlite_schema._READ_RUN)
+_READ_RECORDS = _pg(_sqlite_schema._READ_RECORDS)
 _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
         CASE WHEN status = 'ended' THEN steps_used
              ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
@@ -256,7 +254,7 @@ _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
         journal_schema_version, goal, limits_json, metadata_json
     FROM runs r {where} ORDER BY created_at, run_id COLLATE "C"
 """
-_READ_STEPS = _pg(sqlite._READ_STEPS)
+_READ_STEPS = _pg(_sqlite_schema._READ_STEPS)
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -1,0 +1,315 @@
+"""The SQLite journal's file: its tables (DDL and the checks that a file holds them), every SQL
+statement the journal runs, the ``steps`` row of a StepRecord, and opening a file (connect,
+check, WAL, create the schema). The tables are described in :mod:`polyloop.journal.sqlite`."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import operator
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from ..types import STEP_SCHEMA_VERSION, JournalError, StepRecord
+
+if TYPE_CHECKING:
+    from .sqlite import Durability
+
+log = logging.getLogger("polyloop")
+
+JOURNAL_SCHEMA_VERSION = "1.0"
+"""Version of the table schema. A newer minor adds only what an older reader can ignore; a
+file with another major version is refused (``JournalError``), never modified."""
+_JOURNAL_MAJOR = 1
+_STEP_MAJOR = 1
+
+# -- the schema -------------------------------------------------------------------------------
+
+# Column order in ``runs`` is deliberate: the small, mutable columns come first and the bulky,
+# immutable ones (goal, limits, metadata, history) last, so reading the lease never walks the
+# overflow pages of a long history.
+_RUNS_DDL = """CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY NOT NULL,
+    owner TEXT,
+    lease_expires_at REAL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'ended')),
+    stop_reason TEXT,
+    steps_used INTEGER NOT NULL DEFAULT 0,
+    actions_executed INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    ended_at REAL,
+    journal_schema_version TEXT NOT NULL,
+    wording_version TEXT NOT NULL,
+    stop_detail TEXT,
+    final_answer TEXT,
+    goal TEXT NOT NULL,
+    limits_json TEXT NOT NULL,
+    metadata_json TEXT,
+    history_json TEXT NOT NULL
+)"""
+
+# One column per StepRecord field, same names and order (kernel.md §7).
+_STEP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("step_idx", "INTEGER NOT NULL"),
+    ("raw_response", "TEXT NOT NULL"),
+    ("response_chars", "INTEGER NOT NULL"),
+    ("reasoning_chars", "INTEGER NOT NULL"),
+    ("action", "TEXT"),
+    ("parse_ok", "INTEGER NOT NULL"),
+    ("parse_error", "TEXT"),
+    ("observation", "TEXT"),
+    ("observation_synthetic", "INTEGER NOT NULL"),
+    ("observation_truncated_chars", "INTEGER NOT NULL"),
+    ("prompt_chars", "INTEGER NOT NULL"),
+    ("llm_call_id", "TEXT"),
+    ("step_wall_ms", "REAL NOT NULL"),
+    ("tool_name", "TEXT"),
+    ("tool_args_json", "TEXT"),
+    ("action_status", "TEXT"),
+    ("completed", "INTEGER NOT NULL"),
+    ("schema_version", "TEXT NOT NULL"),
+)
+_STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
+_STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed"})
+assert tuple(f.name for f in fields(StepRecord)) == _STEP_NAMES, (
+    "the steps table must have one column per StepRecord field: update _STEP_COLUMNS"
+)
+
+_DDL: tuple[str, ...] = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
+    _RUNS_DDL,
+    "CREATE INDEX runs_by_status ON runs (status, lease_expires_at)",
+    "CREATE TABLE steps (\n    run_id TEXT NOT NULL,\n"
+    + "".join(f"    {name} {decl},\n" for name, decl in _STEP_COLUMNS)
+    + "    PRIMARY KEY (run_id, step_idx)\n)",
+    """CREATE TABLE journal (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    written_at REAL NOT NULL,
+    PRIMARY KEY (run_id, seq)
+)""",
+    """CREATE TABLE model_calls (
+    run_id TEXT NOT NULL,
+    step_idx INTEGER NOT NULL,
+    intent_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    llm_call_id TEXT,
+    state TEXT NOT NULL
+        CHECK (state IN ('pending', 'ok', 'failed', 'retried', 'uncertain')),
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    latency_ms REAL,
+    error TEXT,
+    PRIMARY KEY (intent_id, attempt)
+)""",
+    "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
+)
+_TABLES = frozenset({"meta", "runs", "steps", "journal", "model_calls"})
+
+_INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
+    journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
+    VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (run_id) DO NOTHING"""
+_INSERT_JOURNAL = "INSERT INTO journal (run_id, seq, kind, body, written_at) VALUES (?, ?, ?, ?, ?)"
+_INSERT_STEP = (
+    f"INSERT INTO steps (run_id, {', '.join(_STEP_NAMES)}) VALUES (?{', ?' * len(_STEP_NAMES)})"
+)
+_MARK_UNCERTAIN = """UPDATE model_calls SET state = 'uncertain'
+    WHERE intent_id = ? AND attempt < ? AND state = 'pending'"""
+_INSERT_INTENT = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, state)
+    VALUES (?, ?, ?, ?, 'pending')"""
+_UPSERT_CALL = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, llm_call_id,
+        state, input_tokens, output_tokens, latency_ms, error)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (intent_id, attempt) DO UPDATE SET llm_call_id = excluded.llm_call_id,
+        state = excluded.state, input_tokens = excluded.input_tokens,
+        output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
+        error = excluded.error"""
+_END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = ? AND state = 'pending'"
+_RELEASE = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
+_LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?"
+_READ_RUN = """SELECT goal, history_json, metadata_json, limits_json, wording_version,
+    created_at, journal_schema_version FROM runs WHERE run_id = ?"""
+_READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq"
+_READ_STEPS = f"SELECT {', '.join(_STEP_NAMES)} FROM steps WHERE run_id = ? ORDER BY step_idx"
+_END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?,
+    final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, owner = NULL,
+    lease_expires_at = NULL WHERE run_id = ?"""
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _major(version: object) -> int | None:
+    if not isinstance(version, str):
+        return None
+    head = version.partition(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def _check_journal_version(version: object, where: str) -> None:
+    if _major(version) != _JOURNAL_MAJOR:
+        raise JournalError(
+            f"{where} has journal schema version {version!r}; this PolyLoop reads journal "
+            f"schema {JOURNAL_SCHEMA_VERSION} (major {_JOURNAL_MAJOR}): upgrade polyloop to "
+            "read it (the file was not modified)"
+        )
+
+
+_STEP_FIELDS = operator.attrgetter(*_STEP_NAMES)
+_ROW_BOOLS = tuple(i for i, name in enumerate(_STEP_NAMES) if name in _STEP_BOOLS)
+_ROW_STATUS = _STEP_NAMES.index("action_status")
+
+
+def _step_row(step: StepRecord) -> list[Any]:
+    """A ``steps`` row (without its run_id): the fields in column order, booleans as 0/1,
+    ``action_status`` as its string (as ``StepRecord.to_dict()`` gives them)."""
+    row = list(_STEP_FIELDS(step))
+    for i in _ROW_BOOLS:
+        row[i] = int(row[i])
+    status = row[_ROW_STATUS]
+    if status is not None:
+        row[_ROW_STATUS] = status.value
+    return row
+
+
+def _step_from_row(row: Sequence[Any]) -> StepRecord:
+    d = dict(zip(_STEP_NAMES, row, strict=True))
+    for name in _STEP_BOOLS:
+        d[name] = bool(d[name])
+    return StepRecord.from_dict(d)
+
+
+# -- opening a file ---------------------------------------------------------------------------
+
+
+def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sqlite3.Connection:
+    """Connect, check the file is a PolyLoop journal of a readable version (creating the
+    schema only in an empty database), then switch to WAL. Nothing is written to a file that
+    is refused."""
+    try:
+        conn = sqlite3.connect(
+            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise JournalError(f"cannot open the SQLite journal {path}: {exc}") from exc
+    try:
+        try:
+            names = _schema_names(conn)
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(
+                f"{path} is not a SQLite database ({exc}); refusing to use it as a PolyLoop "
+                "journal (it was not modified). Pass the path of a PolyLoop journal or of a "
+                "new file."
+            ) from exc
+        if names:
+            _check_polyloop(conn, path, names)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            log.warning(
+                "SQLite journal %s: WAL mode is unavailable (journal_mode=%s); "
+                "writers will block readers",
+                path,
+                mode,
+            )
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
+        if not names:
+            _create_schema(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _schema_names(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+
+
+def _check_meta(meta: Mapping[str, Any], where: str) -> None:
+    """Refuse a journal whose ``meta`` lacks the journal schema version or holds an unknown
+    major version of either schema (the journal's or the step record's). Any backend."""
+    version = meta.get("journal_schema_version")
+    if version is None:
+        raise JournalError(
+            f"{where} has a 'meta' table without journal_schema_version: not a PolyLoop "
+            "journal (it was not modified)"
+        )
+    _check_journal_version(version, f"the journal {where}")
+    step_version = meta.get("step_schema_version", STEP_SCHEMA_VERSION)
+    if _major(step_version) != _STEP_MAJOR:
+        raise JournalError(
+            f"the journal {where} has step record schema version {step_version!r}; this "
+            f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major {_STEP_MAJOR}): "
+            "upgrade polyloop to read it (it was not modified)"
+        )
+
+
+def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> None:
+    if "meta" not in names:
+        shown = ", ".join(sorted(names)[:8])
+        raise JournalError(
+            f"{path} is a SQLite database but not a PolyLoop journal (it holds {shown} and no "
+            "PolyLoop 'meta' table); refusing to touch it (it was not modified). Pass the path "
+            "of a PolyLoop journal or of a new file."
+        )
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.Error as exc:
+        raise JournalError(
+            f"{path} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch it "
+            "(it was not modified)"
+        ) from None
+    _check_meta(meta, str(path))
+    missing = _TABLES - names
+    if missing:
+        raise JournalError(
+            f"the PolyLoop journal {path} lacks the tables {sorted(missing)}: it is damaged "
+            "(it was not modified)"
+        )
+    for table, columns in _table_columns().items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        lacking = [c for c in columns if c not in have]
+        if lacking:
+            raise JournalError(
+                f"the PolyLoop journal {path}: table {table} lacks the columns {lacking}: it is "
+                "damaged (it was not modified)"
+            )
+
+
+@functools.cache
+def _table_columns() -> dict[str, tuple[str, ...]]:
+    """The columns of each table as ``_DDL`` creates them (read back from SQLite itself)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for statement in _DDL:
+            conn.execute(statement)
+        return {
+            table: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+            for table in sorted(_TABLES)
+        }
+
+
+def _create_schema(conn: sqlite3.Connection, path: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        names = _schema_names(conn)  # another process may have created it meanwhile
+        if names:
+            _check_polyloop(conn, path, names)
+        else:
+            for statement in _DDL:
+                conn.execute(statement)
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("journal_schema_version", JOURNAL_SCHEMA_VERSION),
+                    ("step_schema_version", STEP_SCHEMA_VERSION),
+                ],
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

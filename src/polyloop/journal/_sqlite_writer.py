@@ -1,0 +1,385 @@
+"""The SQLite journal's threads and connections: the writer thread that batches writes into
+one transaction (group commit) and answers their callers after ``COMMIT``, the pool of read
+connections used by worker threads, and waiting for a write's answer on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..types import JournalError
+
+log = logging.getLogger("polyloop")
+
+_T = TypeVar("_T")
+
+
+# -- the writer thread ------------------------------------------------------------------------
+
+
+class _Seqs:
+    """The next-``seq`` cache as one job sees it: its own changes over the batch's (not yet
+    committed) over the committed cache. ``None`` drops an entry (reload from the table)."""
+
+    def __init__(
+        self, committed: dict[str, tuple[str, int]], batch: dict[str, tuple[str, int] | None]
+    ) -> None:
+        self._committed = committed
+        self._batch = batch
+        self.changes: dict[str, tuple[str, int] | None] = {}
+
+    def get(self, run_id: str) -> tuple[str, int] | None:
+        if run_id in self.changes:
+            return self.changes[run_id]
+        if run_id in self._batch:
+            return self._batch[run_id]
+        return self._committed.get(run_id)
+
+    def set(self, run_id: str, value: tuple[str, int] | None) -> None:
+        self.changes[run_id] = value
+
+
+_Fn = Callable[[sqlite3.Cursor, _Seqs], Any]
+"""A write, run by the writer thread on its one cursor inside the batch transaction."""
+
+
+class _Job:
+    """One write: its function, and its answer once its transaction ended (set on the event
+    loop's thread). ``fut`` is what the writer awaits; if that wait is cancelled, ``waiter``
+    (made on demand) tells when the answer arrived."""
+
+    __slots__ = ("answered", "fn", "fut", "loop", "ok", "run_id", "value", "waiter")
+
+    def __init__(
+        self,
+        fn: _Fn,
+        run_id: str | None,
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future[Any],
+    ) -> None:
+        self.fn = fn
+        self.run_id = run_id
+        self.loop = loop
+        self.fut = fut
+        self.answered = False
+        self.ok = False
+        self.value: Any = None
+        self.waiter: asyncio.Future[None] | None = None
+
+
+def _settle(answers: list[tuple[_Job, bool, Any]]) -> None:
+    """Give a batch's jobs their answers (on their event loop's thread: one wake per batch)."""
+    for job, ok, value in answers:
+        job.answered, job.ok, job.value = True, ok, value
+        fut = job.fut
+        if not fut.done():
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+        waiter = job.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _wrap_sqlite(exc: sqlite3.Error, path: str, what: str) -> JournalError:
+    err = JournalError(f"SQLite journal {path}: {what} failed: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+class _Writer:
+    """The thread that owns the write connection. Jobs are batched into one ``BEGIN
+    IMMEDIATE`` transaction, each inside its own savepoint; futures are resolved only after
+    ``COMMIT`` returned. Holds no reference to the :class:`SQLiteJournal` (so it can be
+    garbage collected)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, *, group_commit: bool) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()  # one cursor for every statement: cheaper than conn.execute
+        self._path = path
+        self._max_batch = 512 if group_commit else 1
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._seqs: dict[str, tuple[str, int]] = {}
+        self._data_version: int | None = None
+        self.commits = 0
+        """Transactions committed (for tests and benchmarks: shows batching)."""
+        self._thread = threading.Thread(
+            target=self._main, name=f"polyloop-journal-writer:{path}", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            if self._closed:
+                raise JournalError(f"the SQLite journal {self._path} is closed")
+            self._queue.put(job)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish every job submitted so far, then close the connection and end the thread."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            stopping = False
+            while not stopping:
+                job = self._queue.get()
+                if job is None:
+                    break
+                jobs = [job]
+                while len(jobs) < self._max_batch:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stopping = True
+                        break
+                    jobs.append(nxt)
+                try:
+                    self._run_batch(jobs)
+                except BaseException as exc:  # a bug here must not strand the waiters
+                    log.exception("SQLite journal %s: the writer failed a batch", self._path)
+                    if self._conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            self._conn.execute("ROLLBACK")
+                    self._seqs.clear()
+                    self._abort(
+                        jobs, functools.partial(RuntimeError, f"journal writer bug: {exc!r}")
+                    )
+        finally:
+            closed = JournalError(f"the SQLite journal {self._path} is closed")
+            while True:
+                try:
+                    left = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if left is not None:
+                    self._resolve([(left, False, closed)])
+            self._conn.close()
+
+    def _begin(self, jobs: list[_Job]) -> bool:
+        """``BEGIN IMMEDIATE``; False (every job failed) if it could not start. Drops the
+        next-``seq`` cache when another connection committed since this one last looked
+        (``PRAGMA data_version``): the cache is then no proof of who owns a run."""
+        cur = self._cur
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            version = cur.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    cur.execute("ROLLBACK")
+            err = exc
+            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "starting a write transaction"))
+            return False
+        if version != self._data_version:
+            self._seqs.clear()
+            self._data_version = version
+        return True
+
+    def _run_batch(self, jobs: list[_Job]) -> None:
+        """Every job in one transaction. First without savepoints (the common case: nothing
+        fails); if a job fails, roll back and run the batch again with a savepoint per job,
+        so only the failing job fails. A batch of one job just fails."""
+        if not self._begin(jobs):
+            return
+        conn = self._cur
+        batch: dict[str, tuple[str, int] | None] = {}
+        done: list[tuple[_Job, bool, Any]] = []
+        for job in jobs:
+            seqs = _Seqs(self._seqs, batch)
+            try:
+                value = job.fn(conn, seqs)
+            except Exception as exc:
+                self._rollback()
+                if len(jobs) > 1:
+                    self._run_batch_isolated(jobs)
+                    return
+                if job.run_id is not None:
+                    self._seqs.pop(job.run_id, None)
+                self._resolve([(job, False, self._job_error(job, exc))])
+                return
+            batch.update(seqs.changes)
+            done.append((job, True, value))
+        self._commit(jobs, batch, done)
+
+    def _run_batch_isolated(self, jobs: list[_Job]) -> None:
+        """The batch again, each job in its own savepoint: one job's failure (lease lost, a
+        duplicate key) rolls back only that job."""
+        if not self._begin(jobs):
+            return
+        conn = self._cur
+        batch: dict[str, tuple[str, int] | None] = {}
+        done: list[tuple[_Job, bool, Any]] = []
+        try:
+            for job in jobs:
+                conn.execute("SAVEPOINT job")
+                seqs = _Seqs(self._seqs, batch)
+                try:
+                    value = job.fn(conn, seqs)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    if job.run_id is not None:
+                        batch[job.run_id] = None  # reload the next seq before trusting it
+                    done.append((job, False, self._job_error(job, exc)))
+                else:
+                    conn.execute("RELEASE job")
+                    batch.update(seqs.changes)
+                    done.append((job, True, value))
+        except sqlite3.Error as exc:  # a savepoint statement failed: nothing lands
+            self._rollback()
+            err = exc
+            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "a write transaction"))
+            return
+        self._commit(jobs, batch, done)
+
+    def _commit(
+        self,
+        jobs: list[_Job],
+        batch: dict[str, tuple[str, int] | None],
+        done: list[tuple[_Job, bool, Any]],
+    ) -> None:
+        try:
+            self._cur.execute("COMMIT")
+        except sqlite3.Error as exc:  # the transaction as a whole failed: nothing landed
+            self._rollback()
+            for job in jobs:
+                if job.run_id is not None:
+                    self._seqs.pop(job.run_id, None)
+            err = exc
+            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "a write transaction"))
+            return
+        self.commits += 1
+        for run_id, value in batch.items():
+            if value is None:
+                self._seqs.pop(run_id, None)
+            else:
+                self._seqs[run_id] = value
+        self._resolve(done)
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            try:
+                self._cur.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.exception("SQLite journal %s: rollback failed", self._path)
+
+    def _job_error(self, job: _Job, exc: Exception) -> Exception:
+        if isinstance(exc, sqlite3.Error):
+            return _wrap_sqlite(exc, self._path, f"writing run {job.run_id!r}")
+        return exc
+
+    def _abort(self, jobs: list[_Job], error: Callable[[], Exception]) -> None:
+        """Fail every job, each with its own exception instance."""
+        self._resolve([(job, False, error()) for job in jobs])
+
+    @staticmethod
+    def _resolve(answers: list[tuple[_Job, bool, Any]]) -> None:
+        """Hand the answers to their event loops: one wake-up per loop, not per job."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, bool, Any]]] = {}
+        for answer in answers:
+            by_loop.setdefault(answer[0].loop, []).append(answer)
+        for loop, mine in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed event loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, mine)
+
+
+# -- read connections -------------------------------------------------------------------------
+
+
+class _Readers:
+    """A pool of read-only connections, each used by one worker thread at a time."""
+
+    def __init__(self, path: str, busy_timeout_s: float) -> None:
+        self._path = path
+        self._timeout = busy_timeout_s
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Call ``fn`` with an idle connection inside one read transaction (one snapshot)."""
+        with self._lock:
+            if self._closed:
+                raise JournalError(f"the SQLite journal {self._path} is closed")
+            conn = self._idle.pop() if self._idle else None
+        try:
+            if conn is None:
+                conn = sqlite3.connect(
+                    self._path,
+                    timeout=self._timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                conn.execute("PRAGMA query_only = ON")
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _wrap_sqlite(exc, self._path, "reading") from exc
+        finally:
+            if conn is not None:
+                with self._lock:
+                    if self._closed:
+                        conn.close()
+                    else:
+                        self._idle.append(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _shutdown(writer: _Writer, readers: _Readers) -> None:
+    writer.stop(timeout=30.0)
+    readers.close()
+
+
+# -- waiting for an answer (on the event loop) ------------------------------------------------
+
+
+async def _wait_uninterrupted(fut: asyncio.Future[Any]) -> None:
+    """Wait for ``fut`` even through repeated cancellation (the caller re-raises after)."""
+    while not fut.done():
+        try:
+            await asyncio.wait({fut})
+        except asyncio.CancelledError:
+            continue
+
+
+async def _wait_answer(job: _Job) -> None:
+    """Wait for ``job``'s answer even through repeated cancellation (the caller re-raises
+    after)."""
+    fut = job.fut
+    if not fut.done():
+        fut.cancel()  # the answer goes to job.value alone
+    elif not fut.cancelled():
+        fut.exception()  # retrieved here: the caller reads job.value
+    while not job.answered:
+        if job.waiter is None:
+            job.waiter = job.loop.create_future()
+        try:
+            await asyncio.wait({job.waiter})
+        except asyncio.CancelledError:
+            continue
