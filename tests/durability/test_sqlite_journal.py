@@ -13,6 +13,7 @@ import contextlib
 import gc
 import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from polyloop import ConfigError, JournalError, Loop, ModelReply, StepRecord, StopReason
 from polyloop.journal import SQLiteJournal
 from polyloop.journal._owner import new_owner
+from polyloop.journal._sqlite_schema import _switch_to_wal
 from polyloop.testing import FunctionModel
 from polyloop.types import Lease, ModelIntent, ModelRequest, StepWritten
 from tests.conftest import call, make_tools
@@ -79,6 +81,76 @@ async def test_an_empty_file_gets_the_schema_in_wal_mode(store: SQLiteStore) -> 
     assert store.sql("PRAGMA journal_mode") == [("wal",)]
     meta = dict(store.sql("SELECT key, value FROM meta"))
     assert meta == {"journal_schema_version": "1.0", "step_schema_version": "1.0"}
+
+
+def _open_together(path: Path, n: int) -> list[BaseException]:
+    """``n`` threads construct a SQLiteJournal on ``path`` at the same moment; their errors."""
+    barrier = threading.Barrier(n)
+    opened: list[SQLiteJournal] = []
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            opened.append(SQLiteJournal(path))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for journal in opened:
+        journal.close()
+    return errors
+
+
+def test_journals_opening_one_new_file_together_all_open_in_wal_mode(tmp_path: Path) -> None:
+    # Switching a new file to WAL needs it to itself: SQLite answers "database is locked" at
+    # once, without waiting, when another connection switches it too (about 1 round in 20
+    # here before the switch was retried).
+    for i in range(60):
+        path = tmp_path / f"j{i}.db"
+        errors = _open_together(path, 4)
+        assert errors == [], f"round {i}: {errors[0]!r}"
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+class _BusyConn:
+    """A connection whose WAL switch finds the file locked ``busy`` times (then succeeds), or
+    fails with ``error``."""
+
+    def __init__(self, busy: int, error: sqlite3.OperationalError | None = None) -> None:
+        self.busy, self.error, self.calls = busy, error, 0
+
+    def execute(self, sql: str) -> Any:
+        assert sql == "PRAGMA journal_mode = WAL"
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        if self.calls <= self.busy:
+            exc = sqlite3.OperationalError("database is locked")
+            exc.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            raise exc
+        return sqlite3.connect(":memory:").execute("SELECT 'wal'")
+
+
+def test_the_wal_switch_is_retried_while_the_file_is_locked_then_fails_clearly() -> None:
+    conn = _BusyConn(busy=3)
+    assert _switch_to_wal(conn, "j.db", 5.0) == "wal"  # type: ignore[arg-type]
+    assert conn.calls == 4
+    stuck = _BusyConn(busy=10**9)
+    with pytest.raises(JournalError, match=r"cannot switch the SQLite journal j\.db to WAL"):
+        _switch_to_wal(stuck, "j.db", 0.05)  # type: ignore[arg-type]
+    assert stuck.calls > 1
+    other = sqlite3.OperationalError("disk I/O error")
+    other.sqlite_errorcode = sqlite3.SQLITE_IOERR
+    failing = _BusyConn(busy=0, error=other)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _switch_to_wal(failing, "j.db", 5.0)  # type: ignore[arg-type]
+    assert failing.calls == 1  # only "locked" is waited for
 
 
 def test_bad_settings_are_config_errors(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import functools
 import logging
 import operator
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -209,8 +210,8 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
             ) from exc
         if names:
             _check_polyloop(conn, path, names)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        mode = _switch_to_wal(conn, path, busy_timeout_s)
+        if mode.lower() != "wal":
             log.warning(
                 "SQLite journal %s: WAL mode is unavailable (journal_mode=%s); "
                 "writers will block readers",
@@ -224,6 +225,28 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
         conn.close()
         raise
     return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection, path: str, busy_timeout_s: float) -> str:
+    """``PRAGMA journal_mode = WAL``; the mode the file is in after it. Leaving the rollback
+    journal needs the file to itself, and SQLite answers "database is locked" at once, without
+    its busy handler, while another connection reads it (several processes opening a new file
+    together): retried until ``busy_timeout_s`` has passed, then ``JournalError``."""
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+                raise
+            if time.monotonic() >= deadline:
+                raise JournalError(
+                    f"cannot switch the SQLite journal {path} to WAL mode: another connection "
+                    f"kept it locked for {busy_timeout_s} s ({exc})"
+                ) from exc
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _schema_names(conn: sqlite3.Connection) -> set[str]:
