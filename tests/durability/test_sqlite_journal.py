@@ -215,6 +215,17 @@ async def test_a_conflicting_append_fails_only_itself_not_its_batch(store: SQLit
         await check_only_the_conflict_failed(store, journal, leases, step, outcomes)
 
 
+async def test_the_writes_of_one_event_loop_turn_share_one_commit(store: SQLiteStore) -> None:
+    async with opened(store) as journal:
+        before = journal.commits
+        # The 20 tasks each write in the same turn of the event loop: one hand-over, one batch.
+        leases = await asyncio.gather(*(journal.create(spec(f"r{i}"), ttl_s=60) for i in range(20)))
+        assert journal.commits - before == 1
+        await asyncio.gather(*(journal.append(x, [ModelIntent(0, x.run_id, 1)]) for x in leases))
+        assert journal.commits - before == 2
+    assert store.sql("SELECT count(*) FROM journal") == [(20,)]
+
+
 async def test_without_group_commit_every_write_commits_alone(store: SQLiteStore) -> None:
     async with opened(store, group_commit=False) as journal:
         leases = [await journal.create(spec(f"r{i}"), ttl_s=60) for i in range(20)]

@@ -106,7 +106,7 @@ class _Writer:
         self._cur = conn.cursor()  # one cursor for every statement: cheaper than conn.execute
         self._path = path
         self._max_batch = 512 if group_commit else 1
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self._seqs: dict[str, tuple[str, int]] = {}
@@ -119,10 +119,14 @@ class _Writer:
         self._thread.start()
 
     def submit(self, job: _Job) -> None:
+        self.submit_all([job])
+
+    def submit_all(self, jobs: list[_Job]) -> None:
+        """Queue ``jobs`` (one wake-up of the writer for all of them)."""
         with self._lock:
             if self._closed:
                 raise JournalError(f"the SQLite journal {self._path} is closed")
-            self._queue.put(job)
+            self._queue.put(jobs)
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish every job submitted so far, then close the connection and end the thread."""
@@ -134,43 +138,51 @@ class _Writer:
             self._thread.join(timeout)
 
     def _main(self) -> None:
+        queued: list[_Job] = []  # taken from the queue, not run yet
         try:
             stopping = False
-            while not stopping:
-                job = self._queue.get()
-                if job is None:
-                    break
-                jobs = [job]
-                while len(jobs) < self._max_batch:
+            while True:
+                if not queued:
+                    if stopping:
+                        break
+                    first = self._queue.get()
+                    if first is None:
+                        break
+                    queued = first
+                while not stopping and len(queued) < self._max_batch:
                     try:
-                        nxt = self._queue.get_nowait()
+                        more = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if nxt is None:
-                        stopping = True
+                    if more is None:
+                        stopping = True  # after every job submitted before the stop
                         break
-                    jobs.append(nxt)
-                try:
-                    self._run_batch(jobs)
-                except BaseException as exc:  # a bug here must not strand the waiters
-                    log.exception("SQLite journal %s: the writer failed a batch", self._path)
-                    if self._conn.in_transaction:
-                        with contextlib.suppress(sqlite3.Error):
-                            self._conn.execute("ROLLBACK")
-                    self._seqs.clear()
-                    self._abort(
-                        jobs, functools.partial(RuntimeError, f"journal writer bug: {exc!r}")
-                    )
+                    queued.extend(more)
+                jobs, queued = queued[: self._max_batch], queued[self._max_batch :]
+                self._run_guarded(jobs)
         finally:
             closed = JournalError(f"the SQLite journal {self._path} is closed")
             while True:
                 try:
-                    left = self._queue.get_nowait()
+                    more = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if left is not None:
-                    self._resolve([(left, False, closed)])
+                if more is not None:
+                    queued.extend(more)
+            self._resolve([(job, False, closed) for job in queued])
             self._conn.close()
+
+    def _run_guarded(self, jobs: list[_Job]) -> None:
+        """:meth:`_run_batch`; a bug in it fails the batch's jobs instead of stranding them."""
+        try:
+            self._run_batch(jobs)
+        except BaseException as exc:
+            log.exception("SQLite journal %s: the writer failed a batch", self._path)
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+            self._seqs.clear()
+            self._abort(jobs, functools.partial(RuntimeError, f"journal writer bug: {exc!r}"))
 
     def _begin(self, jobs: list[_Job]) -> bool:
         """``BEGIN IMMEDIATE``; False (every job failed) if it could not start. Drops the

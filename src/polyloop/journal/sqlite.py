@@ -26,18 +26,19 @@ when the run ends (``status = 'ended'``). A running run's progress is in ``steps
 Keeping them out of the per-step writes is deliberate: a step never rewrites the ``runs`` row,
 which holds the run's history (see "bytes per step" below).
 
-Writes. One writer thread owns the write connection. The writes queued meanwhile (``append``,
-``create``, lease changes) share one ``BEGIN IMMEDIATE`` transaction (group commit: one fsync
-for many runs), run first without savepoints; if one of them fails (lease lost, a duplicate
-key), the transaction is rolled back and the batch runs again with a SAVEPOINT per write, so
-the conflict fails only that call. The callers are answered only after ``COMMIT`` returned, with
-one wake-up of their event loop per batch, so a run proceeds only once its record is durable.
-Every ``append`` is fenced in its transaction: by ``UPDATE runs SET owner = owner WHERE run_id
-= ? AND owner = ?`` (0 rows: the lease is no longer ours, ``LeaseLost``, nothing written), or
-from memory when that proves the same: this connection's last committed write of the run left
-it owned by this execution, and no other connection has committed since (``PRAGMA
-data_version``, read under the write lock). Every write of this connection that changes an
-owner updates that memory.
+Writes. One writer thread owns the write connection. The writes an event loop makes in one turn
+are handed to it together, at the end of that turn (one wake-up of the thread for all of them).
+The writes queued meanwhile (``append``, ``create``, lease changes) share one ``BEGIN
+IMMEDIATE`` transaction (group commit: one fsync for many runs), run first without savepoints;
+if one of them fails (lease lost, a duplicate key), the transaction is rolled back and the batch
+runs again with a SAVEPOINT per write, so the conflict fails only that call. The callers are
+answered only after ``COMMIT`` returned, with one wake-up of their event loop per batch, so a
+run proceeds only once its record is durable. Every ``append`` is fenced in its transaction: by
+``UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?`` (0 rows: the lease is no longer
+ours, ``LeaseLost``, nothing written), or from memory when that proves the same: this
+connection's last committed write of the run left it owned by this execution, and no other
+connection has committed since (``PRAGMA data_version``, read under the write lock). Every write
+of this connection that changes an owner updates that memory.
 
 Reads run in worker threads on their own connections (WAL: readers never wait for the writer),
 so the event loop never waits on SQLite.
@@ -107,7 +108,16 @@ from ._sqlite_schema import (
     _step_from_row,
     _step_row,
 )
-from ._sqlite_writer import _Fn, _Job, _Readers, _Seqs, _shutdown, _wait_answer, _Writer
+from ._sqlite_writer import (
+    _Fn,
+    _Job,
+    _Readers,
+    _Seqs,
+    _settle,
+    _shutdown,
+    _wait_answer,
+    _Writer,
+)
 
 if TYPE_CHECKING:
     from ..seams import Journal
@@ -351,6 +361,7 @@ class SQLiteJournal:
         self._clock = clock
         conn = _open_writer(spath, durability, busy_timeout_s)
         self._writer = _Writer(conn, spath, group_commit=group_commit)
+        self._pending: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
         self._readers = _Readers(spath, busy_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown, self._writer, self._readers)
 
@@ -507,7 +518,11 @@ class SQLiteJournal:
         released, since the caller never gets it."""
         loop = asyncio.get_running_loop()
         job = _Job(fn, run_id, loop, loop.create_future())
-        self._writer.submit(job)
+        pending = self._pending.get(loop)
+        if pending is None:  # the first write of this turn of the event loop
+            self._pending[loop] = pending = []
+            loop.call_soon(self._flush, loop)
+        pending.append(job)
         try:
             return await job.fut
         except asyncio.CancelledError:
@@ -517,6 +532,16 @@ class SQLiteJournal:
             if give_back and isinstance(job.value, Lease):
                 await self._give_back(job.value)
             raise
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the writes made during one turn of ``loop`` to the writer thread at once: one
+        wake-up of the writer (and one hand-over of the interpreter lock) for all of them,
+        instead of one per write."""
+        jobs = self._pending.pop(loop)
+        try:
+            self._writer.submit_all(jobs)
+        except JournalError as exc:
+            _settle([(job, False, exc) for job in jobs])
 
     async def _give_back(self, lease: Lease) -> None:
         loop = asyncio.get_running_loop()
