@@ -387,7 +387,9 @@ class RunDriver:
         try:
             decision = self.cfg.interpreter.interpret(reply, self.tool_specs)
             if isinstance(decision, Action):
-                policy = ReplayPolicy(self.cfg.environment.replay_policy(decision))
+                policy = self.cfg.environment.replay_policy(decision)
+                if type(policy) is not ReplayPolicy:  # a str from a custom environment
+                    policy = ReplayPolicy(policy)
             elif not isinstance(decision, InvalidDecision | FinalAnswer):
                 raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
         except Exception:
@@ -573,9 +575,10 @@ class RunDriver:
 
     def _durable(self, records: tuple[Record, ...]) -> None:
         for r in records:
-            if isinstance(r, ActionResult):
+            kind = type(r)  # records are final dataclasses: no subclass to miss
+            if kind is ActionResult:
                 self._in_flight = self._action_task = self._intent_written = None
-            elif isinstance(r, RunEnd):
+            elif kind is RunEnd:
                 self._ended = True
 
     def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> None:
