@@ -32,10 +32,11 @@ __all__ = ["Loop", "SystemClock"]
 class SystemClock:
     """The real clock: ``time.monotonic``, ``time.time`` and ``asyncio.sleep``."""
 
-    # The functions themselves, not methods wrapping them: the kernel reads the clock several
-    # times per step.
-    monotonic = staticmethod(time.monotonic)
-    time = staticmethod(time.time)
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

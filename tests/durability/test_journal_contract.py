@@ -242,6 +242,7 @@ async def test_runs_table_counts_stop_reasons_with_plain_sql(journal_backend: St
         assert await journal.list_runs(status="running") == []
         one = await journal.list_runs(run_id="env_error-1")
         assert await journal.list_runs(run_id="no-such-run") == []
+        assert await journal.list_runs(run_id="") == []  # an empty id is an id, not "any"
         assert await journal.list_runs(status="running", run_id="env_error-1") == []
         assert await journal.list_runs(status="ended", run_id="env_error-1") == one
     counts = dict(store.sql("SELECT stop_reason, count(*) FROM runs GROUP BY 1"))

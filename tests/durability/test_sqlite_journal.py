@@ -248,6 +248,16 @@ async def test_close_stops_the_writer_and_later_calls_fail_clearly(store: SQLite
         await journal.append(lease, [ModelIntent(0, "i", 1)])
 
 
+async def test_a_write_queued_before_close_is_finished_by_it(store: SQLiteStore) -> None:
+    journal = store.journal()
+    lease = await journal.create(spec(), ttl_s=60)
+    append = asyncio.create_task(journal.append(lease, [ModelIntent(0, "i", 1)]))
+    await asyncio.sleep(0)  # the append is queued; the writer is woken only after this turn
+    journal.close()  # (blocking, from the event loop's thread: a test's shortcut)
+    await append  # finished and durable, not refused as "closed"
+    assert [kind for (kind,) in store.sql("SELECT kind FROM journal")] == ["model_intent"]
+
+
 def test_an_unclosed_journal_stops_its_writer_when_collected(store: SQLiteStore) -> None:
     journal = store.journal()
     thread = journal._writer._thread

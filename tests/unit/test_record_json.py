@@ -57,7 +57,7 @@ from polyloop.types import (
     record_json,
     record_to_dict,
 )
-from polyloop.types._records import _HOT_KINDS
+from polyloop.types._records_json import _HOT_KINDS
 
 HOT = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

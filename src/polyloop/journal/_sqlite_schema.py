@@ -169,7 +169,11 @@ _ROW_STATUS = _STEP_NAMES.index("action_status")
 
 def _step_row(step: StepRecord) -> list[Any]:
     """A ``steps`` row (without its run_id): the fields in column order, booleans as 0/1,
-    ``action_status`` as its string (as ``StepRecord.to_dict()`` gives them)."""
+    ``action_status`` as its string (as ``StepRecord.to_dict()`` gives them; a subclass's
+    ``to_dict`` is used as it is, as the journal record's JSON uses it)."""
+    if type(step) is not StepRecord:
+        d = step.to_dict()
+        return [int(d[n]) if n in _STEP_BOOLS else d[n] for n in _STEP_NAMES]
     row = list(_STEP_FIELDS(step))
     for i in _ROW_BOOLS:
         row[i] = int(row[i])
@@ -238,7 +242,7 @@ def _switch_to_wal(conn: sqlite3.Connection, path: str, busy_timeout_s: float) -
         try:
             return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # extended codes too
                 raise
             if time.monotonic() >= deadline:
                 raise JournalError(

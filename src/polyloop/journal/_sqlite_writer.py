@@ -5,6 +5,7 @@ connections used by worker threads, and waiting for a write's answer on the even
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -106,7 +107,8 @@ class _Writer:
         self._cur = conn.cursor()  # one cursor for every statement: cheaper than conn.execute
         self._path = path
         self._max_batch = 512 if group_commit else 1
-        self._queue: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self._seqs: dict[str, tuple[str, int]] = {}
@@ -118,58 +120,47 @@ class _Writer:
         )
         self._thread.start()
 
-    def submit(self, job: _Job) -> None:
-        self.submit_all([job])
-
-    def submit_all(self, jobs: list[_Job]) -> None:
-        """Queue ``jobs`` (one wake-up of the writer for all of them)."""
+    def submit(self, job: _Job, *, wake: bool = True) -> None:
+        """Queue ``job``; ``wake=False`` leaves waking the writer to a later :meth:`wake`
+        (one wake-up for several jobs). Raises ``JournalError`` once stopped."""
         with self._lock:
             if self._closed:
                 raise JournalError(f"the SQLite journal {self._path} is closed")
-            self._queue.put(jobs)
+            self._jobs.append(job)
+        if wake:
+            self._wake.put(True)
+
+    def wake(self) -> None:
+        """Have the writer run the jobs queued so far (if it is not already running)."""
+        self._wake.put(True)
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish every job submitted so far, then close the connection and end the thread."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._queue.put(None)
+                self._wake.put(False)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
     def _main(self) -> None:
-        queued: list[_Job] = []  # taken from the queue, not run yet
+        jobs = self._jobs
         try:
             stopping = False
             while True:
-                if not queued:
+                if not jobs:
                     if stopping:
                         break
-                    first = self._queue.get()
-                    if first is None:
-                        break
-                    queued = first
-                while not stopping and len(queued) < self._max_batch:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        stopping = True  # after every job submitted before the stop
-                        break
-                    queued.extend(more)
-                jobs, queued = queued[: self._max_batch], queued[self._max_batch :]
-                self._run_guarded(jobs)
+                    stopping = not self._wake.get()  # False: stop once the queue is empty
+                    continue
+                batch = [jobs.popleft() for _ in range(min(len(jobs), self._max_batch))]
+                self._run_guarded(batch)
         finally:
+            with self._lock:  # no job is queued after this: submit raises instead
+                self._closed = True
             closed = JournalError(f"the SQLite journal {self._path} is closed")
-            while True:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is not None:
-                    queued.extend(more)
-            self._resolve([(job, False, closed) for job in queued])
+            self._resolve([(job, False, closed) for job in jobs])
+            jobs.clear()
             self._conn.close()
 
     def _run_guarded(self, jobs: list[_Job]) -> None:

@@ -78,7 +78,7 @@ class MemoryJournal:
         run = self._owned(lease)
         run.records.extend(records)
         for r in records:
-            if type(r) is RunEnd:
+            if isinstance(r, RunEnd):
                 run.owner = None
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:

@@ -88,7 +88,7 @@ from ._sqlite_schema import (
     _step_from_row,
 )
 from ._sqlite_writer import _wait_uninterrupted
-from .sqlite import _Append, _parse_run, _prepare
+from .sqlite import _Append, _parse_run, _prepare, _run_filters
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -537,15 +537,10 @@ class PostgresJournal:
         except ``history_json`` and ``version``, with ``metadata`` and ``limits`` decoded: the
         same shape as :meth:`SQLiteJournal.list_runs`. For a running run,
         ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
-        conditions = [
-            (column, value)
-            for column, value in (("status", status), ("run_id", run_id))
-            if value is not None
-        ]
-        where = " AND ".join(f"{column} = %s" for column, _ in conditions)
-        query = _LIST_RUNS.format(where=f"WHERE {where}" if where else "")
+        where, params = _run_filters(status, run_id, "%s")
+        query = _LIST_RUNS.format(where=where)
         async with self._connection() as conn:
-            cur = await conn.execute(query, tuple(value for _, value in conditions))
+            cur = await conn.execute(query, params)
             names = [d.name for d in cur.description or ()]
             rows = await cur.fetchall()
         out = []

@@ -26,8 +26,8 @@ when the run ends (``status = 'ended'``). A running run's progress is in ``steps
 Keeping them out of the per-step writes is deliberate: a step never rewrites the ``runs`` row,
 which holds the run's history (see "bytes per step" below).
 
-Writes. One writer thread owns the write connection. The writes an event loop makes in one turn
-are handed to it together, at the end of that turn (one wake-up of the thread for all of them).
+Writes. One writer thread owns the write connection. A write is queued at once; the thread is
+woken once per turn of the event loop that wrote, at the end of that turn (not once per write).
 The writes queued meanwhile (``append``, ``create``, lease changes) share one ``BEGIN
 IMMEDIATE`` transaction (group commit: one fsync for many runs), run first without savepoints;
 if one of them fails (lease lost, a duplicate key), the transaction is rolled back and the batch
@@ -113,7 +113,6 @@ from ._sqlite_writer import (
     _Job,
     _Readers,
     _Seqs,
-    _settle,
     _shutdown,
     _wait_answer,
     _Writer,
@@ -361,7 +360,7 @@ class SQLiteJournal:
         self._clock = clock
         conn = _open_writer(spath, durability, busy_timeout_s)
         self._writer = _Writer(conn, spath, group_commit=group_commit)
-        self._pending: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        self._waking: set[asyncio.AbstractEventLoop] = set()
         self._readers = _Readers(spath, busy_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown, self._writer, self._readers)
 
@@ -518,11 +517,10 @@ class SQLiteJournal:
         released, since the caller never gets it."""
         loop = asyncio.get_running_loop()
         job = _Job(fn, run_id, loop, loop.create_future())
-        pending = self._pending.get(loop)
-        if pending is None:  # the first write of this turn of the event loop
-            self._pending[loop] = pending = []
-            loop.call_soon(self._flush, loop)
-        pending.append(job)
+        self._writer.submit(job, wake=False)
+        if loop not in self._waking:  # the first write of this turn of the event loop
+            self._waking.add(loop)
+            loop.call_soon(self._wake_writer, loop)
         try:
             return await job.fut
         except asyncio.CancelledError:
@@ -533,15 +531,11 @@ class SQLiteJournal:
                 await self._give_back(job.value)
             raise
 
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Hand the writes made during one turn of ``loop`` to the writer thread at once: one
-        wake-up of the writer (and one hand-over of the interpreter lock) for all of them,
-        instead of one per write."""
-        jobs = self._pending.pop(loop)
-        try:
-            self._writer.submit_all(jobs)
-        except JournalError as exc:
-            _settle([(job, False, exc) for job in jobs])
+    def _wake_writer(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wake the writer thread once for the writes ``loop`` made in this turn: one wake-up
+        (and one hand-over of the interpreter lock) for all of them, not one per write."""
+        self._waking.discard(loop)
+        self._writer.wake()
 
     async def _give_back(self, lease: Lease) -> None:
         loop = asyncio.get_running_loop()
@@ -618,11 +612,25 @@ def _parse_run(
     return spec, tuple(records)
 
 
+def _run_filters(
+    status: str | None, run_id: str | None, placeholder: str
+) -> tuple[str, tuple[str, ...]]:
+    """``list_runs``' WHERE clause and its parameters: only the filters given, so that a run id
+    is looked up by the primary key (both backends)."""
+    pairs = (("status", status), ("run_id", run_id))
+    given = [(column, value) for column, value in pairs if value is not None]
+    if not given:
+        return "", ()
+    where = " AND ".join(f"{column} = {placeholder}" for column, _ in given)
+    return f"WHERE {where}", tuple(value for _, value in given)
+
+
 def _list_runs(
     conn: sqlite3.Connection, status: str | None, run_id: str | None
 ) -> list[dict[str, Any]]:
+    where, params = _run_filters(status, run_id, "?")
     cur = conn.execute(
-        """SELECT run_id, status, stop_reason, stop_detail, final_answer,
+        f"""SELECT run_id, status, stop_reason, stop_detail, final_answer,
             CASE WHEN status = 'ended' THEN steps_used
                  ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
                 AS steps_used,
@@ -631,9 +639,8 @@ def _list_runs(
                        AND s.action_status = 'executed') END AS actions_executed,
             created_at, ended_at, owner, lease_expires_at, wording_version,
             journal_schema_version, goal, limits_json, metadata_json
-        FROM runs r WHERE (? IS NULL OR status = ?) AND (? IS NULL OR run_id = ?)
-        ORDER BY created_at, run_id""",
-        (status, status, run_id, run_id),
+        FROM runs r {where} ORDER BY created_at, run_id""",
+        params,
     )
     names = [d[0] for d in cur.description]
     out = []

@@ -102,7 +102,11 @@ log = logging.getLogger("polyloop")
 def _late_end_write(run_id: str, write: asyncio.Future[None]) -> None:
     """How a ``cancelled`` end record that outlived its wait ended."""
     if write.cancelled():
-        log.warning("run %s: the late cancelled end record was cancelled", run_id)
+        log.warning(
+            "run %s: the wait for the late cancelled end record was cancelled; it may have "
+            "landed (resume tells)",
+            run_id,
+        )
     elif (exc := write.exception()) is not None:
         log.warning(
             "run %s: the late cancelled end record failed (%r); the run stays resumable",
@@ -575,7 +579,7 @@ class RunDriver:
 
     def _durable(self, records: tuple[Record, ...]) -> None:
         for r in records:
-            kind = type(r)  # records are final dataclasses: no subclass to miss
+            kind = type(r)  # the kernel built these records itself: exact types
             if kind is ActionResult:
                 self._in_flight = self._action_task = self._intent_written = None
             elif kind is RunEnd:
@@ -673,7 +677,7 @@ class RunDriver:
         try:
             done, _ = await asyncio.wait({write}, timeout=self.cfg.end_write_timeout_s)
         except asyncio.CancelledError:
-            done = set()
+            done = {write} if write.done() else set()
         if not done or write.cancelled() or write.exception() is not None:
             exc = None if not done or write.cancelled() else write.exception()
             log.warning(

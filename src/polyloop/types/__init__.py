@@ -56,9 +56,9 @@ from ._records import (
     StepWritten,
     Turn,
     record_from_dict,
-    record_json,
     record_to_dict,
 )
+from ._records_json import record_json
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._values import (

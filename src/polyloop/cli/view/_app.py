@@ -54,7 +54,8 @@ class ViewerApp:
     ``/api/runs`` and ``/api/runs/<id>``; full texts: ``/runs/<id>/steps/<n>/<field>``.
 
     Args:
-        journal: an object with the journal read API (``list_runs``, ``steps``, ``read``).
+        journal: an object with the journal read API (``list_runs`` with its ``run_id``
+            keyword, ``steps``, ``read``; see ``ReadableJournal``).
         allowed_hosts: when given, requests whose ``Host`` header names another host are
             refused (protects a local server from DNS rebinding). None: no check.
         owns_journal: close the journal with the app.
@@ -267,8 +268,8 @@ def make_app(
     allowed_hosts: Iterable[str] | None = None,
 ) -> ViewerApp:
     """The viewer over ``journal``: a SQLite journal file's path, or a journal object with
-    the read API (``list_runs``, ``steps``, ``read``). Test it without a network by calling it
-    as a WSGI application; close it with ``app.close()``.
+    the read API (``list_runs(run_id=...)``, ``steps``, ``read``). Test it without a network
+    by calling it as a WSGI application; close it with ``app.close()``.
 
     Raises:
         FileNotFoundError: no file at the path (the viewer never creates a journal).

@@ -1,0 +1,198 @@
+"""The canonical JSON of journal records, made fast for the records every step writes.
+
+``record_json(r) == canonical_json(record_to_dict(r))``, byte for byte, for every record: durable
+journals store it as the body of each ``journal`` row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ._records import (
+    ActionIntent,
+    ActionResult,
+    ModelIntent,
+    ModelResult,
+    Record,
+    StepWritten,
+    record_to_dict,
+)
+from ._step import StepRecord
+from ._values import ModelReply, Outcome, ToolCall, canonical_json
+
+__all__ = ["record_json"]
+
+
+# --- canonical JSON of the records every step writes -----------------------------------------
+#
+# ``record_json(r) == canonical_json(record_to_dict(r))``, byte for byte, for every record. The
+# hot kinds are written by hand: each encoder below makes the same conversions as the matching
+# ``_*_to`` helper (``dict(arguments)``, ``.value`` of an enum, ...), then writes the keys in
+# sorted order, with each value exactly as canonical_json's encoder writes it (_json_value).
+
+
+_json_str: Callable[[str], str] = json.encoder.encode_basestring
+"""A str as canonical_json writes it: its encoder calls this very function for every str
+(str subclasses such as StrEnum members included), with ``ensure_ascii=False`` escaping."""
+
+
+def _json_value(v: Any) -> str:
+    """One value exactly as canonical_json writes it inside a record. The exact types a record
+    holds are written here as its encoder writes them (``int.__repr__`` and ``float.__repr__``,
+    which ``repr`` is for these exact types); anything else (non-finite floats, int, float and
+    str subclasses, containers, objects JSON cannot represent) goes through canonical_json."""
+    t = type(v)
+    if t is str:
+        return _json_str(v)
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if t is int or (t is float and math.isfinite(v)):
+        return repr(v)
+    return canonical_json(v)
+
+
+def _model_intent_json(r: ModelIntent) -> str:
+    return (
+        f'{{"attempt":{_json_value(r.attempt)},"intent_id":{_json_value(r.intent_id)},'
+        f'"kind":"model_intent","step_idx":{_json_value(r.step_idx)}}}'
+    )
+
+
+def _tool_call_json(c: ToolCall) -> str:
+    a = c.arguments
+    arguments = a if isinstance(a, str) else dict(a)
+    return (
+        f'{{"arguments":{_json_value(arguments)},"id":{_json_value(c.id)},'
+        f'"name":{_json_value(c.name)}}}'
+    )
+
+
+def _reply_json(r: ModelReply) -> str:
+    calls = ",".join([_tool_call_json(c) for c in r.tool_calls])
+    u = r.usage
+    usage = (
+        "null"
+        if u is None
+        else f'{{"input_tokens":{_json_value(u.input_tokens)},'
+        f'"output_tokens":{_json_value(u.output_tokens)}}}'
+    )
+    return (
+        f'{{"call_id":{_json_value(r.call_id)},"reasoning":{_json_value(r.reasoning)},'
+        f'"text":{_json_value(r.text)},"tool_calls":[{calls}],"usage":{usage}}}'
+    )
+
+
+def _model_result_json(r: ModelResult) -> str:
+    return (
+        f'{{"attempt":{_json_value(r.attempt)},"intent_id":{_json_value(r.intent_id)},'
+        f'"kind":"model_result","latency_ms":{_json_value(r.latency_ms)},'
+        f'"llm_call_id":{_json_value(r.llm_call_id)},"reply":{_reply_json(r.reply)},'
+        f'"step_idx":{_json_value(r.step_idx)}}}'
+    )
+
+
+def _action_intent_json(r: ActionIntent) -> str:
+    a = r.action
+    arguments = None if a.arguments is None else dict(a.arguments)
+    return (
+        f'{{"action":{{"arguments":{_json_value(arguments)},"call_id":{_json_value(a.call_id)},'
+        f'"text":{_json_value(a.text)},"tool_name":{_json_value(a.tool_name)}}},'
+        f'"args_json":{_json_value(r.args_json)},"kind":"action_intent",'
+        f'"known_tool":{_json_value(r.known_tool)},"op_id":{_json_value(r.op_id)},'
+        f'"replay_policy":{_json_value(r.replay_policy.value)},'
+        f'"step_idx":{_json_value(r.step_idx)}}}'
+    )
+
+
+def _outcome_json(o: Outcome) -> str:
+    f = o.failure
+    failure = (
+        "null"
+        if f is None
+        else f'{{"check":{_json_value(f.check)},"error_type":{_json_value(f.error_type)},'
+        f'"message":{_json_value(f.message)},"top_frame":{_json_value(f.top_frame)}}}'
+    )
+    return (
+        f'{{"completed":{_json_value(o.completed)},"failure":{failure},'
+        f'"marker":{_json_value(o.marker)},"observation":{_json_value(o.observation)},'
+        f'"status":{_json_value(o.status.value)},"synthetic":{_json_value(o.synthetic)},'
+        f'"truncated_chars":{_json_value(o.truncated_chars)}}}'
+    )
+
+
+def _action_result_json(r: ActionResult) -> str:
+    return (
+        f'{{"kind":"action_result","latency_ms":{_json_value(r.latency_ms)},'
+        f'"op_id":{_json_value(r.op_id)},"outcome":{_outcome_json(r.outcome)},'
+        f'"step_idx":{_json_value(r.step_idx)}}}'
+    )
+
+
+def _step_json(s: StepRecord) -> str:
+    """``canonical_json(s.to_dict())``: one key per StepRecord field, in sorted order."""
+    if type(s) is not StepRecord:  # a subclass may change to_dict
+        return canonical_json(s.to_dict())
+    status = s.action_status
+    return (
+        f'{{"action":{_json_value(s.action)},'
+        f'"action_status":{_json_value(None if status is None else status.value)},'
+        f'"completed":{_json_value(s.completed)},"llm_call_id":{_json_value(s.llm_call_id)},'
+        f'"observation":{_json_value(s.observation)},'
+        f'"observation_synthetic":{_json_value(s.observation_synthetic)},'
+        f'"observation_truncated_chars":{_json_value(s.observation_truncated_chars)},'
+        f'"parse_error":{_json_value(s.parse_error)},"parse_ok":{_json_value(s.parse_ok)},'
+        f'"prompt_chars":{_json_value(s.prompt_chars)},'
+        f'"raw_response":{_json_value(s.raw_response)},'
+        f'"reasoning_chars":{_json_value(s.reasoning_chars)},'
+        f'"response_chars":{_json_value(s.response_chars)},'
+        f'"schema_version":{_json_value(s.schema_version)},'
+        f'"step_idx":{_json_value(s.step_idx)},"step_wall_ms":{_json_value(s.step_wall_ms)},'
+        f'"tool_args_json":{_json_value(s.tool_args_json)},'
+        f'"tool_name":{_json_value(s.tool_name)}}}'
+    )
+
+
+def _step_written_json(r: StepWritten) -> str:
+    return f'{{"kind":"step","step":{_step_json(r.step)}}}'
+
+
+_HOT_KINDS: dict[type[Any], Callable[[Any], str]] = {
+    ModelIntent: _model_intent_json,
+    ModelResult: _model_result_json,
+    ActionIntent: _action_intent_json,
+    ActionResult: _action_result_json,
+    StepWritten: _step_written_json,
+}
+
+
+def record_json(record: Record) -> str:
+    """canonical_json(record_to_dict(record)), byte for byte, but faster for the records every
+    step writes.
+
+    The invariant is exact equality, for every record and every field value, and the same
+    exception where the reference raises (TypeError for a value JSON cannot represent,
+    ValueError for a cycle or an int too long to print). The five kinds every step writes
+    (model intent and result, action intent and result, step) are encoded by hand, several
+    times faster; subclasses and the other kinds take the reference path.
+
+    Raises:
+        TypeError: the record holds something JSON cannot represent.
+        ValueError: the record holds a value that contains itself, or an int too long to
+            print (``sys.set_int_max_str_digits``).
+    """
+    encode = _HOT_KINDS.get(type(record))
+    if encode is not None:
+        try:
+            return encode(record)
+        except Exception:
+            # The reference path below raises the same exception the reference would, with
+            # its message (or, should the fast path ever refuse a value, encodes it).
+            pass
+    return canonical_json(record_to_dict(record))
