@@ -211,7 +211,7 @@ class RunDriver:
         self.detach_requested = False
         self._observers = cfg.observers
         self._ended = False
-        self._in_flight: _StepCtx | None = None
+        # The action in flight, in its own task: from its start until its result is durable.
         self._action_task: asyncio.Future[Outcome] | None = None
         self._intent_written: _StepCtx | None = None
         self._beat: asyncio.TimerHandle | None = None
@@ -490,7 +490,7 @@ class RunDriver:
             outcome: Outcome = started.value
         else:
             # Its own task, shielded: on cancellation it may finish within the grace period.
-            self._in_flight, self._action_task = sc, started.task
+            self._action_task = started.task
             outcome = await asyncio.shield(started.task)
         return await self._settle(sc, outcome, (self.cfg.clock.monotonic() - t) * 1000)
 
@@ -581,7 +581,7 @@ class RunDriver:
         for r in records:
             kind = type(r)  # the kernel built these records itself: exact types
             if kind is ActionResult:
-                self._in_flight = self._action_task = self._intent_written = None
+                self._action_task = self._intent_written = None
             elif kind is RunEnd:
                 self._ended = True
 
@@ -651,14 +651,14 @@ class RunDriver:
         detail: str | None = None
         sc = self._intent_written
         if sc is not None:
-            outcome = await self._grace() if self._in_flight is not None else None
+            outcome = await self._grace()
             intent = sc.intent
             if outcome is not None:
                 step, cut = self._action_step(sc, outcome)
                 self._add_to_context(step, sc.reply, cut)
                 records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0), StepWritten(step))
             else:
-                started = self._in_flight is not None
+                started = self._action_task is not None
                 pending = _pending(intent, intent.replay_policy)
                 detail = (
                     f"in-flight action {pending.describe()}: outcome unknown"
