@@ -10,7 +10,7 @@ import logging
 import operator
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -292,19 +292,31 @@ def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> Non
             "(it was not modified)"
         ) from None
     _check_meta(meta, str(path))
+    want = _table_columns()
+    have = {t: {row[1] for row in conn.execute(f"PRAGMA table_info({t})")} for t in want}
+    _check_tables(str(path), names, have, want)
+
+
+def _check_tables(
+    where: str,
+    names: set[str],
+    have: Mapping[str, set[str]],
+    want: Mapping[str, Iterable[str]],
+) -> None:
+    """Refuse a journal that lacks one of PolyLoop's tables (``names``: the tables it has) or
+    one of their columns (``have``: the columns of each table it has). Any backend."""
     missing = _TABLES - names
     if missing:
         raise JournalError(
-            f"the PolyLoop journal {path} lacks the tables {sorted(missing)}: it is damaged "
+            f"the PolyLoop journal {where} lacks the tables {sorted(missing)}: it is damaged "
             "(it was not modified)"
         )
-    for table, columns in _table_columns().items():
-        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        lacking = [c for c in columns if c not in have]
+    for table, columns in want.items():
+        lacking = [c for c in columns if c not in have.get(table, set())]
         if lacking:
             raise JournalError(
-                f"the PolyLoop journal {path}: table {table} lacks the columns {lacking}: it is "
-                "damaged (it was not modified)"
+                f"the PolyLoop journal {where}: table {table} lacks the columns {lacking}: it "
+                "is damaged (it was not modified)"
             )
 
 

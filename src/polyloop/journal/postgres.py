@@ -85,6 +85,7 @@ from ._sqlite_schema import (
     _UPSERT_CALL,
     JOURNAL_SCHEMA_VERSION,
     _check_meta,
+    _check_tables,
     _step_from_row,
 )
 from ._sqlite_writer import _wait_uninterrupted
@@ -825,12 +826,6 @@ class PostgresJournal:
                 "it (it was not modified)"
             ) from None
         _check_meta(meta, where)
-        missing = _TABLES - names
-        if missing:
-            raise JournalError(
-                f"the PolyLoop journal {where} lacks the tables {sorted(missing)}: it is damaged "
-                "(it was not modified)"
-            )
         cur = await conn.execute(
             "SELECT c.relname, a.attname FROM pg_attribute a "
             "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -841,13 +836,8 @@ class PostgresJournal:
         have: dict[str, set[str]] = {}
         for table, column in await cur.fetchall():
             have.setdefault(str(table), set()).add(str(column))
-        for table, columns in _TABLE_COLUMNS.items():
-            lacking = [c for c, _ in columns if c not in have.get(table, set())]
-            if lacking:
-                raise JournalError(
-                    f"the PolyLoop journal {where}: table {table} lacks the columns {lacking}: "
-                    "it is damaged (it was not modified)"
-                )
+        want = {table: [c for c, _ in columns] for table, columns in _TABLE_COLUMNS.items()}
+        _check_tables(where, names, have, want)
 
 
 # -- reading ----------------------------------------------------------------------------------
