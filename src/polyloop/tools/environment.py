@@ -6,7 +6,6 @@ one registry object handed in; nothing here keeps a second list.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import os
@@ -31,6 +30,7 @@ from polyloop.types import (
     canonical_json,
 )
 
+from ._threads import in_thread
 from .registry import Tool, ToolRegistry
 
 __all__ = ["ToolEnvironment"]
@@ -204,9 +204,7 @@ class ToolEnvironment:
         if inspect.iscoroutinefunction(hook):
             result = await hook(ctx.op_id, values)
         else:
-            result = await asyncio.to_thread(hook, ctx.op_id, values)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await in_thread(hook, ctx.op_id, values)
         if result is not None and not isinstance(result, Outcome):
             raise TypeError(
                 f"the reconcile hook of tool {tool.name!r} must return an Outcome or None, "

@@ -20,7 +20,6 @@ is accepted cannot drift apart.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import re
@@ -35,6 +34,7 @@ import pydantic
 from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec
 
 from ._docstrings import arg_descriptions, summary
+from ._threads import in_thread
 
 __all__ = ["ReconcileHook", "Tool", "ToolRegistry"]
 
@@ -145,10 +145,7 @@ class Tool:
                 kwargs[name] = value
         if self.is_async:
             return await self.function(*args, **kwargs)
-        result = await asyncio.to_thread(self.function, *args, **kwargs)
-        if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
-            result = await result
-        return result
+        return await in_thread(self.function, *args, **kwargs)
 
 
 class ToolRegistry:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import os
@@ -13,6 +12,7 @@ import pydantic
 
 from polyloop.types import ActionStatus, ConfigError, Failure, Outcome
 
+from .._threads import in_thread
 from ..registry import ToolRegistry
 from ._files import Files
 from ._paths import Refused, Workspace
@@ -302,7 +302,4 @@ def _test_failure(result: ShellResult) -> Failure | None:
 async def _ask(approve: Approver, command: str) -> object:
     if inspect.iscoroutinefunction(approve):
         return await approve(command)
-    answer = await asyncio.to_thread(approve, command)
-    if inspect.isawaitable(answer):
-        answer = await answer
-    return answer
+    return await in_thread(approve, command)
