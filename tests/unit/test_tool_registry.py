@@ -370,6 +370,25 @@ async def test_sync_tool_runs_in_a_worker_thread() -> None:
     assert thread_ids[1] == loop_thread
 
 
+async def test_a_sync_wrapper_around_a_coroutine_function_is_awaited() -> None:
+    registry = ToolRegistry()
+    threads: list[int] = []
+
+    async def scaled(x: int) -> str:
+        threads.append(threading.get_ident())
+        return str(2 * x)
+
+    @registry.tool
+    def double(x: int) -> Any:
+        """Double x (a sync function returning a coroutine: a decorator's wrapper, say)."""
+        return scaled(x)
+
+    tool = registry.get("double")
+    assert tool is not None and not tool.is_async
+    assert await tool.call({"x": 21}, ToolContext("r", 0, "o")) == "42"
+    assert threads == [threading.get_ident()]  # the coroutine ran on the event loop
+
+
 async def test_sync_tool_does_not_block_the_event_loop() -> None:
     registry = ToolRegistry()
     released = threading.Event()
