@@ -26,7 +26,6 @@ extra to install.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import math
 import os
@@ -35,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from polyloop import ConfigError, Loop
+from polyloop.types import import_extra
 
 from ._drive import Tracker, drive_run
 from ._journals import LoopFactory, journal_spec, open_journal, resolve_factory
@@ -53,12 +53,7 @@ another machine (a lease lasts ``Loop(lease_ttl_s=30)`` by default)."""
 
 def _ray() -> Any:
     """``ray``, imported on first use (layout.md rule 6)."""
-    try:
-        return importlib.import_module("ray")
-    except ImportError as exc:
-        if exc.name == "ray":
-            raise ImportError(INSTALL_HINT) from None
-        raise ImportError(f"{INSTALL_HINT} (importing it failed: {exc})") from exc
+    return import_extra("ray", INSTALL_HINT)
 
 
 class BatchWorker:

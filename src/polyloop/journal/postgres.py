@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import importlib
 import json
 import logging
 import time
@@ -73,6 +72,7 @@ from ..types import (
     RunSpec,
     StepRecord,
     canonical_json,
+    import_extra,
 )
 from . import _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
@@ -111,12 +111,7 @@ _T = TypeVar("_T")
 
 def _sdk() -> tuple[ModuleType, ModuleType]:
     """``psycopg`` and ``psycopg_pool``, imported on first use (layout.md rule 6)."""
-    try:
-        return importlib.import_module("psycopg"), importlib.import_module("psycopg_pool")
-    except ImportError as exc:
-        if exc.name in ("psycopg", "psycopg_pool"):
-            raise ImportError(_INSTALL_HINT) from None
-        raise ImportError(f"{_INSTALL_HINT} (importing it failed: {exc})") from exc
+    return import_extra("psycopg", _INSTALL_HINT), import_extra("psycopg_pool", _INSTALL_HINT)
 
 
 # -- the schema -------------------------------------------------------------------------------

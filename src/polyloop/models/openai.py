@@ -35,7 +35,6 @@ Exceptions that are not the SDK's propagate unchanged (the kernel counts them no
 from __future__ import annotations
 
 import email.utils
-import importlib
 import ipaddress
 import json
 import math
@@ -49,7 +48,15 @@ from urllib.parse import urlsplit
 
 import pydantic
 
-from ..types import ConfigError, ModelCallError, ModelReply, ModelRequest, ToolCall, Usage
+from ..types import (
+    ConfigError,
+    ModelCallError,
+    ModelReply,
+    ModelRequest,
+    ToolCall,
+    Usage,
+    import_extra,
+)
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -113,12 +120,7 @@ _HINTS: Final[Mapping[str, str]] = {
 
 def _sdk() -> ModuleType:
     """The ``openai`` module, imported on first use (layout.md rule 6)."""
-    try:
-        return importlib.import_module("openai")
-    except ImportError as exc:
-        if exc.name == "openai":
-            raise ImportError(_INSTALL_HINT) from None
-        raise ImportError(f"{_INSTALL_HINT} (importing it failed: {exc})") from exc
+    return import_extra("openai", _INSTALL_HINT)
 
 
 def _redact_url(url: str) -> str:

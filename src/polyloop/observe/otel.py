@@ -38,7 +38,6 @@ statuses, tool names, counters, timings, and for each piece of content its lengt
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
 import time
@@ -58,6 +57,7 @@ from polyloop.events import (
     RunStarted,
     StepAppended,
 )
+from polyloop.types import import_extra
 
 from .redact import DEFAULT_SCRUBBER, ScrubFn, digest
 
@@ -87,12 +87,9 @@ _TRACER_NAME: Final = "polyloop"
 
 def _trace() -> ModuleType:
     """``opentelemetry.trace``, imported on first use (layout.md rule 6)."""
-    try:
-        return importlib.import_module("opentelemetry.trace")
-    except ImportError as exc:
-        if (exc.name or "").startswith("opentelemetry"):
-            raise ImportError(_INSTALL_HINT) from None
-        raise ImportError(f"{_INSTALL_HINT} (importing it failed: {exc})") from exc
+    # opentelemetry is a namespace package: without the API, "opentelemetry" itself or only
+    # its "trace" module is missing.
+    return import_extra("opentelemetry.trace", _INSTALL_HINT, missing=("opentelemetry",))
 
 
 @dataclass(slots=True)

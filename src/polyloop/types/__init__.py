@@ -25,6 +25,7 @@ from ._events import (
     RunStarted,
     StepAppended,
 )
+from ._extras import import_extra
 from ._guards import (
     Complete,
     EscalationReport,
@@ -152,6 +153,7 @@ __all__ = [
     "Verdict",
     "canonical_json",
     "detect_pattern",
+    "import_extra",
     "raw_response_of",
     "record_from_dict",
     "record_json",
