@@ -249,9 +249,9 @@ def _count_instructions(
     """The callgrind count of bench/instructions.py, or why it was not made (None: not asked)."""
     if "instructions" not in scenarios or "polyloop" not in systems:
         return None
-    why = "not with --quick (about two minutes)" if quick else instructions.unavailable()
+    why = "not with --quick (about five minutes)" if quick else instructions.unavailable()
     if why is None:
-        print("[instructions] counting with callgrind (about two minutes)", file=sys.stderr)
+        print("[instructions] counting with callgrind (about five minutes)", file=sys.stderr)
         try:
             return instructions.measure(max(timeout_s, 1800.0))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:

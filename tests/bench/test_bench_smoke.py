@@ -81,7 +81,7 @@ def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
     assert "÷ memory @" in md
     assert "(reference)" in md
     # The callgrind count takes minutes: --quick says it was not made, and why.
-    assert doc["instructions"] == {"skipped": "not with --quick (about two minutes)"}
+    assert doc["instructions"] == {"skipped": "not with --quick (about five minutes)"}
     assert "Not counted: not with --quick" in md
 
 
@@ -111,6 +111,59 @@ def test_an_instruction_count_decides_the_flatness_target() -> None:
     doc["instructions"]["flatness"] = 1.7
     rows = [r for r in targets(doc, _Index([])) if "at 2000 ≤ 1.5" in r]
     assert rows[0].endswith("| **not met** |")
+    assert "concurrent runs of 20 steps" not in section  # no durable count: no table
+
+
+def test_the_durable_count_is_split_by_thread_and_shown_beside_issue_4s_times() -> None:
+    from bench.report import _Index, instructions, targets
+
+    doc: dict[str, Any] = {
+        "plan": {
+            "single_steps": [20],
+            "concurrent_runs": [200],
+            "concurrent_steps": 20,
+            "latency_ms": 50.0,
+            "durable_runs": [100],
+            "resume_steps": 2000,
+        },
+        "results": [],
+        "instructions": {
+            "instructions_per_step_20": 296335,
+            "instructions_per_step_2000": 305426,
+            "flatness": 1.031,
+            "durable": {
+                "runs": 100,
+                "memory": 290000,
+                "sqlite_loop": 580000,
+                "sqlite_other": 290000,
+            },
+        },
+    }
+    section = "\n".join(instructions(doc))
+    assert "100 concurrent runs of 20 steps" in section
+    assert "| 290,000 | 580,000 | 290,000 | 870,000 | 3.00 | 2.00 |" in section
+
+    def durable(system: str, wall: float, cpu: float) -> dict[str, Any]:
+        return {
+            "scenario": "durable",
+            "system": system,
+            "steps": 20,
+            "runs": 100,
+            "durability": "full",
+            "group_commit": True if system == "polyloop_sqlite" else None,
+            "reps": [{}],
+            "metrics": {
+                "wall_us_per_step": {"median": wall},
+                "cpu_us_per_step": {"median": cpu},
+            },
+        }
+
+    times = _Index([durable("polyloop", 100.0, 100.0), durable("polyloop_sqlite", 450.0, 400.0)])
+    rows = [r for r in targets(doc, times) if r.startswith("| issue 4:")]
+    assert rows == [
+        "| issue 4: SQLite `full` with 100 concurrent runs < 2 × memory journal "
+        "| 4.50 wall, 4.00 CPU; instructions 3.00 (event loop alone 2.00) | **not met** |"
+    ]
 
 
 def test_quick_run_skips_postgres_without_a_server(tmp_path: Path) -> None:
