@@ -200,6 +200,61 @@ async def test_every_write_is_fenced_by_the_runs_version(db: PostgresStore) -> N
         assert db.dump() == before
 
 
+# -- group commit ---------------------------------------------------------------------------
+
+
+def transactions_of(db: PostgresStore, kind: str) -> set[str]:
+    """The transactions that wrote the ``kind`` records (a row's ``xmin``)."""
+    return {x for (x,) in db.sql("SELECT xmin::text FROM journal WHERE kind = ?", kind)}
+
+
+async def test_the_appends_of_one_event_loop_turn_share_one_transaction(db: PostgresStore) -> None:
+    async with db.journal() as journal:
+        leases = [await journal.create(spec(f"r{i}"), ttl_s=60) for i in range(20)]
+        versions = [version_of(db, x.run_id) for x in leases]
+        await asyncio.gather(*(journal.append(x, [ModelIntent(0, x.run_id, 1)]) for x in leases))
+        assert len(transactions_of(db, "model_intent")) == 1
+        # Each run's version moved by one (its own fence), and the next appends go on from it.
+        assert [version_of(db, x.run_id) for x in leases] == [v + 1 for v in versions]
+        await asyncio.gather(
+            *(journal.append(x, [ModelIntent(1, f"{x.run_id}-1", 1)]) for x in leases)
+        )
+    assert len(transactions_of(db, "model_intent")) == 2
+    seqs = db.sql("SELECT run_id, seq FROM journal")
+    assert sorted(seqs) == sorted((f"r{i}", n) for i in range(20) for n in (1, 2))
+    assert db.sql("SELECT count(*) FROM model_calls WHERE state = 'pending'") == [(40,)]
+
+
+async def test_a_lease_taken_over_fails_alone_in_a_shared_transaction(db: PostgresStore) -> None:
+    async with db.journal() as journal, db.journal() as other:
+        leases = {k: await journal.create(spec(k), ttl_s=60) for k in "abc"}
+        db.sql("UPDATE runs SET lease_expires_at = 0 WHERE run_id = 'b'")  # b's lease expired
+        await other.acquire("b", ttl_s=60)  # and another execution took the run over
+        outcomes = await asyncio.gather(
+            *(journal.append(leases[k], [ModelIntent(0, k, 1)]) for k in "abc"),
+            return_exceptions=True,
+        )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], LeaseLost)
+    assert db.sql("SELECT run_id FROM journal ORDER BY run_id") == [("a",), ("c",)]
+
+
+async def test_closing_finishes_the_appends_already_queued(db: PostgresStore) -> None:
+    journal = db.journal()
+    await journal.open()
+    leases = [await journal.create(spec(f"r{i}"), ttl_s=60) for i in range(5)]
+    tasks = [
+        asyncio.ensure_future(journal.append(x, [ModelIntent(0, x.run_id, 1)])) for x in leases
+    ]
+    for _ in range(2):  # each append's task starts, then its write's: queued, not yet sent
+        await asyncio.sleep(0)
+    await journal.aclose()
+    assert all(t.done() and t.exception() is None for t in tasks)
+    assert db.sql("SELECT count(*) FROM journal") == [(5,)]
+    with pytest.raises(JournalError, match="closed"):
+        await journal.append(leases[0], [ModelIntent(0, "r0", 2)])
+
+
 # -- schemas ----------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ Leases and fencing (durability.md "Leases"). Claiming a run is one conditional s
 
 where ``<dead>`` is the current owner only when Python has proved it dead (same host, no process
 with its pid and start time). The claimed ``version`` is kept in memory for the lease, and
-**every** append is one transaction that starts with the fence::
+**every** append is written in a transaction that starts with the fence::
 
     UPDATE runs SET version = version + 1 WHERE run_id = ? AND owner = me AND version = v
 
@@ -33,6 +33,16 @@ PostgreSQL skips everything after it.) The heartbeat (``renew``) moves only
 ``lease_expires_at``, never ``version``; the end record's transaction also sets the end columns
 and clears the owner. ``append`` returns after the COMMIT returned (PostgreSQL's
 ``synchronous_commit`` decides what "durable" means; its default flushes every commit).
+
+Group commit. The appends that only add rows (every step's; not one that ends its run or
+retries a model call, which also update rows) queued in one turn of the event loop share one
+transaction: one fence for all their runs (``UPDATE runs ... FROM unnest(run_ids, owners,
+versions)``, which must match every one of them), one ``INSERT ... SELECT FROM unnest(...)``
+per table, one COMMIT: one round trip and one WAL flush for many runs. If that transaction
+fails — a lease fenced out, a duplicate key, a lost connection — it is rolled back and each
+append runs again in a transaction of its own, so only the culprit fails. An append of a run
+waits for the previous one of its lease, and every append returns only after the COMMIT that
+holds it.
 
 Time. Lease expiry is decided on one clock, the database server's (``statement_timestamp()``),
 so workers whose clocks disagree still agree on whose lease has expired. The :class:`Lease`
@@ -53,6 +63,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
@@ -230,6 +241,42 @@ _FENCE = """WITH fenced AS (
         WHERE run_id = %(run_id)s AND owner = %(owner)s AND version = %(version)s
         RETURNING 1)
     SELECT 1 / (SELECT count(*) FROM fenced)::integer"""
+# The fence of a batch of appends (group commit): one statement for all their runs. Fewer rows
+# than appends (one of them fenced out) raises division_by_zero: the batch rolls back and each
+# append runs again alone, so that only the fenced-out one fails.
+_FENCE_MANY = """WITH fenced AS (
+        UPDATE runs SET version = runs.version + 1
+        FROM unnest(%(run_ids)s::text[], %(owners)s::text[], %(versions)s::bigint[])
+            AS f(run_id, owner, version)
+        WHERE runs.run_id = f.run_id AND runs.owner = f.owner AND runs.version = f.version
+        RETURNING 1)
+    SELECT 1 / ((SELECT count(*) FROM fenced) = %(n)s)::integer"""
+
+
+def _insert_many(table: str, columns: Sequence[tuple[str, str]], tail: str = "") -> str:
+    """One ``INSERT`` of any number of rows: a parameter per column, each an array of that
+    column's values (``unnest``), so the text is the same for every batch size."""
+    types = [re.match(r"DOUBLE PRECISION|\w+", decl).group() for _, decl in columns]  # type: ignore[union-attr]
+    arrays = ", ".join(f"%s::{t}[]" for t in types)
+    names = ", ".join(name for name, _ in columns)
+    return f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}){tail}"
+
+
+_MANY_JOURNAL = _insert_many("journal", _TABLE_COLUMNS["journal"])
+_MANY_STEPS = _insert_many("steps", _TABLE_COLUMNS["steps"])
+_MANY_INTENTS = (
+    "INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, state) "
+    "SELECT *, 'pending' FROM unnest(%s::text[], %s::integer[], %s::text[], %s::integer[])"
+)
+_MANY_CALLS = _insert_many(
+    "model_calls",
+    [(n, "TEXT" if n == "state" else d) for n, d in _TABLE_COLUMNS["model_calls"]],
+    """
+    ON CONFLICT (intent_id, attempt) DO UPDATE SET llm_call_id = excluded.llm_call_id,
+        state = excluded.state, input_tokens = excluded.input_tokens,
+        output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
+        error = excluded.error""",
+)
 _RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
     RETURNING lease_expires_at"""
@@ -360,6 +407,11 @@ class PostgresJournal:
         # Per lease (run_id, owner): [the run row's version, the next seq]. The fence.
         self._held: dict[tuple[str, str], list[int]] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # Group commit (see _append_grouped): the appends queued in this turn of the event loop.
+        # The answer: True once written, False to write alone (the only one), or the error.
+        self._queue: list[tuple[_Append, asyncio.Future[bool]]] = []
+        self._flush_due = False
+        self._flushes: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return f"PostgresJournal({self.where!r})"
@@ -421,8 +473,13 @@ class PostgresJournal:
         return self
 
     async def aclose(self) -> None:
-        """Close the pool's connections. Idempotent; later calls raise ``JournalError``."""
+        """Finish the appends already queued, then close the pool's connections. Idempotent;
+        later calls raise ``JournalError``."""
         self._closed = True
+        if self._flush_due:
+            self._flush_queue()
+        while self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -501,7 +558,11 @@ class PostgresJournal:
 
     async def append(self, lease: Lease, records: Sequence[Record]) -> None:
         p = _prepare(lease, records)
-        await self._guarded(self._append(p))
+        if p.end is not None or any(op == "intent" and args[3] > 1 for op, args in p.calls):
+            # It also updates rows (the run's, its pending calls'): its own transaction.
+            await self._guarded(self._append(p))
+        else:
+            await self._guarded(self._append_grouped(p))
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         async def run() -> Lease:
@@ -638,14 +699,22 @@ class PostgresJournal:
         )
 
     # -- writing ------------------------------------------------------------------------------
-    async def _append(self, p: _Append) -> None:
-        lease = p.lease
-        run_id, owner = lease.run_id, lease.owner
-        key = (run_id, owner)
+    def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
-        async with lock, self._connection() as conn:  # one append of a lease at a time
+        return lock
+
+    async def _append(self, p: _Append) -> None:
+        async with self._lock((p.lease.run_id, p.lease.owner)):  # one append of a lease at a time
+            await self._append_alone(p)
+
+    async def _append_alone(self, p: _Append) -> None:
+        """One append in its own transaction (the caller holds the lease's lock)."""
+        lease = p.lease
+        run_id, owner = lease.run_id, lease.owner
+        key = (run_id, owner)
+        async with self._connection() as conn:
             held = self._held.get(key)
             if held is None:  # not taken through this object, or given up, ended or lost
                 raise await self._lease_lost(conn, lease, known=False)
@@ -662,15 +731,124 @@ class PostgresJournal:
                 await conn.execute("ROLLBACK")
                 raise await self._lease_lost(conn, lease) from None
             except BaseException:
-                if conn.info.transaction_status != self._idle:
-                    with contextlib.suppress(self._error):
-                        await conn.execute("ROLLBACK")
+                await self._roll_back(conn)
                 raise
         if p.end is None:
             held[0], held[1] = version + 1, nxt + len(p.rows)
         else:  # the end record released the lease in its transaction
             self._held.pop(key, None)
             self._locks.pop(key, None)
+
+    async def _roll_back(self, conn: _Conn) -> None:
+        if conn.info.transaction_status != self._idle:
+            with contextlib.suppress(self._error):
+                await conn.execute("ROLLBACK")
+
+    # Group commit: the appends that only add rows (every step's, none that ends a run) queued
+    # in one turn of the event loop share one transaction: one fence statement for all their
+    # runs, one INSERT per table, one COMMIT (one WAL flush), one round trip. If it fails (a
+    # fenced-out lease, a duplicate key, a lost connection), it is rolled back and each append
+    # runs again in a transaction of its own, so only the culprit fails. Each append returns
+    # after the COMMIT that holds it.
+    async def _append_grouped(self, p: _Append) -> None:
+        key = (p.lease.run_id, p.lease.owner)
+        async with self._lock(key):  # held until answered: one queued append per lease
+            if key not in self._held or self._closed:
+                await self._append_alone(p)  # raises LeaseLost or "closed", as alone
+                return
+            loop = asyncio.get_running_loop()
+            answer: asyncio.Future[bool] = loop.create_future()
+            self._queue.append((p, answer))
+            if not self._flush_due:
+                self._flush_due = True
+                loop.call_soon(self._flush_queue)
+            if not await answer:  # the only append of its turn: no batch to share
+                await self._append_alone(p)
+
+    def _flush_queue(self) -> None:
+        self._flush_due = False
+        batch, self._queue = self._queue, []
+        if len(batch) == 1 and not self._closed:
+            batch[0][1].set_result(False)  # its caller writes it alone, at once
+            return
+        if not batch:  # aclose flushed it already
+            return
+        task = asyncio.ensure_future(self._flush(batch))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _flush(self, batch: list[tuple[_Append, asyncio.Future[bool]]]) -> None:
+        try:
+            if len(batch) > 1:
+                try:
+                    await self._append_many([p for p, _ in batch])
+                except Exception:
+                    log.debug("PostgreSQL journal %s: a batch failed; each alone", self.where)
+                else:
+                    for _, answer in batch:
+                        if not answer.done():
+                            answer.set_result(True)
+                    return
+            for p, answer in batch:
+                try:
+                    await self._append_alone(p)
+                except Exception as exc:
+                    if not answer.done():
+                        answer.set_exception(exc)
+                else:
+                    if not answer.done():
+                        answer.set_result(True)
+        finally:  # cancelled (the event loop is closing): nobody is left without an answer
+            for _, answer in batch:
+                if not answer.done():
+                    answer.set_exception(
+                        JournalError(f"the PostgreSQL journal {self.where}: write abandoned")
+                    )
+
+    async def _append_many(self, ps: list[_Append]) -> None:
+        """``ps`` (one per lease, none ending its run) in one transaction, or none of them."""
+        written_at = self._clock() if self._clock is not None else time.time()
+        held = [self._held[(p.lease.run_id, p.lease.owner)] for p in ps]
+        fence: dict[str, Any] = {"run_ids": [], "owners": [], "versions": [], "n": len(ps)}
+        journal: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["journal"]]
+        steps: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["steps"]]
+        intents: list[list[Any]] = [[], [], [], []]
+        calls: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["model_calls"]]
+
+        def add(columns: list[list[Any]], row: Sequence[Any]) -> None:
+            for column, value in zip(columns, row, strict=True):
+                column.append(_no_nul(value))
+
+        for p, (version, nxt) in zip(ps, held, strict=True):
+            run_id = p.lease.run_id
+            fence["run_ids"].append(run_id)
+            fence["owners"].append(p.lease.owner)
+            fence["versions"].append(version)
+            for i, (kind, body) in enumerate(p.rows):
+                add(journal, (run_id, nxt + i, kind, body, written_at))
+            for row in p.steps:
+                add(steps, row)
+            for op, args in p.calls:
+                add(intents if op == "intent" else calls, args)
+        async with self._connection() as conn:
+            try:
+                async with conn.pipeline():
+                    await conn.execute("BEGIN")
+                    await conn.execute(_FENCE_MANY, fence)
+                    for query, columns in (
+                        (_MANY_JOURNAL, journal),
+                        (_MANY_STEPS, steps),
+                        (_MANY_INTENTS, intents),  # before the results that may update them
+                        (_MANY_CALLS, calls),
+                    ):
+                        if columns[0]:
+                            await conn.execute(query, columns)
+                    await conn.execute("COMMIT")
+            except BaseException:
+                await self._roll_back(conn)
+                raise
+        for p, h in zip(ps, held, strict=True):
+            h[0], h[1] = h[0] + 1, h[1] + len(p.rows)
 
     @staticmethod
     async def _write_rows(conn: _Conn, p: _Append, nxt: int, written_at: float) -> None:
