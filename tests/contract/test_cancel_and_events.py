@@ -31,7 +31,8 @@ from polyloop.events import (
 )
 from polyloop.journal import MemoryJournal
 from polyloop.testing import FunctionModel, ScriptedModel
-from polyloop.types import ActionResult, JournalError, Lease, ModelRequest, RunEnd
+from polyloop.tools import ToolEnvironment
+from polyloop.types import ActionResult, ActionStatus, JournalError, Lease, ModelRequest, RunEnd
 from tests.conftest import RecordingJournal, call, make_tools
 
 # --- §2 the entry ----------------------------------------------------------------------------
@@ -416,3 +417,97 @@ async def test_no_action_starts_with_less_than_a_third_of_the_lease_left() -> No
     r = await loop.run("g")
     assert r.stop_reason == StopReason.agent_finished
     assert seen_at_call == [1] and renewals == [30.0]
+
+
+# -- what is not a cancellation of the run ---------------------------------------------------
+
+
+def _fetch_then_answer(request: ModelRequest) -> ModelReply:
+    return call("fetch") if request.step_idx == 0 else ModelReply("done")
+
+
+async def _run_to_end(tools: ToolRegistry, environment: Any = None) -> tuple[Any, list[RunEnd]]:
+    """Run the script; the run's result (or the CancelledError it raised) and its end records."""
+    journal = MemoryJournal()
+    loop = Loop(
+        FunctionModel(_fetch_then_answer),
+        tools=tools if environment is None else None,
+        environment=environment,
+        journal=journal,
+        cancel_grace_s=1.0,
+    )
+    try:
+        outcome: Any = await asyncio.ensure_future(loop.run("g", run_id="t"))
+    except asyncio.CancelledError as exc:  # nobody cancelled the caller
+        outcome = exc
+    return outcome, [x for x in journal.records("t") if isinstance(x, RunEnd)]
+
+
+async def test_a_tools_own_timeout_before_its_first_await_stays_in_the_tool() -> None:
+    """What ``asyncio.timeout`` or a TaskGroup takes as the current task, on a tool's first
+    line, is the action's task: its timeout ends the tool, not the run."""
+    tools = ToolRegistry()
+
+    @tools.tool(replay="idempotent")
+    async def fetch() -> str:
+        """A slow fetch with its own 50 ms timeout."""
+        async with asyncio.timeout(0.05):
+            await asyncio.sleep(5)
+        return "fetched"
+
+    result, ends = await _run_to_end(tools)
+    assert [e.stop_reason for e in ends] == [StopReason.agent_finished]
+    assert result.steps[0].action_status is ActionStatus.executed
+    assert "TimeoutError" in result.steps[0].observation
+
+
+async def test_a_tools_task_group_whose_child_fails_fails_the_tool_not_the_run() -> None:
+    tools = ToolRegistry()
+
+    async def bad() -> None:
+        await asyncio.sleep(0.01)
+        raise ValueError("child failed")
+
+    @tools.tool(replay="idempotent")
+    async def fetch() -> str:
+        """Fan out; one child fails."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(bad())
+            tg.create_task(asyncio.sleep(5))
+        return "fetched"
+
+    result, ends = await _run_to_end(tools)
+    assert [e.stop_reason for e in ends] == [StopReason.agent_finished]
+    assert "ExceptionGroup" in result.steps[0].observation
+
+
+async def test_a_cancelled_error_a_tool_raises_itself_is_a_failed_step_not_a_cancellation() -> None:
+    tools = ToolRegistry()
+
+    @tools.tool(replay="idempotent")
+    async def fetch() -> str:
+        """Await a shared future that another component cancels."""
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.01, fut.cancel)
+        return await fut
+
+    result, ends = await _run_to_end(tools)
+    assert [e.stop_reason for e in ends] == [StopReason.agent_finished]
+    assert result.steps[0].action_status is ActionStatus.executed
+    assert "CancelledError" in result.steps[0].observation
+
+
+async def test_an_environment_call_that_cancels_itself_is_an_environment_error() -> None:
+    """Any Environment, not only ToolEnvironment: the run was not cancelled, so the stop
+    reason is ``env_error`` with the cause, never ``cancelled``."""
+
+    class SelfCancelling(ToolEnvironment):
+        async def execute(self, action: Any, ctx: Any) -> Any:
+            fut = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(fut.cancel)
+            return await fut
+
+    result, ends = await _run_to_end(ToolRegistry(), SelfCancelling(ToolRegistry()))
+    assert [e.stop_reason for e in ends] == [StopReason.env_error]
+    assert result.stop_reason is StopReason.env_error
+    assert "cancelled from within" in (result.stop_detail or "")

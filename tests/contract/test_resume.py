@@ -7,6 +7,7 @@ with a fresh ``Loop`` on the same journal.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -462,3 +463,107 @@ async def test_a_journal_damaged_out_of_order_is_not_leased_or_written() -> None
     with pytest.raises(JournalError):
         await new_loop(world, journal).resume("r")
     assert (run.owner, run.expires_at) == (owner, expiry)  # no lease was taken
+
+
+async def test_a_tool_unknown_then_but_registered_at_resume_is_not_executed() -> None:
+    """The intent of an unknown tool was replay 'idempotent' because doing it again only says
+    not_executed again; a tool registered under that name since must not run as its replay."""
+    world, journal = await crash_at_kind("action_intent", "nope", after=True)
+    intent = [x for x in journal.records("r") if isinstance(x, ActionIntent)][-1]
+    assert not intent.known_tool and intent.replay_policy is ReplayPolicy.idempotent
+    tools = world.tools()
+    ran: list[str] = []
+
+    @tools.tool  # replay="never"
+    def nope() -> str:
+        """Registered after the crash."""
+        ran.append("nope")
+        return "ran"
+
+    r = await Loop(FunctionModel(script), tools=tools, journal=journal).resume("r")
+    assert ran == []
+    step = r.steps[intent.step_idx]
+    assert step.action_status is ActionStatus.not_executed and step.observation_synthetic
+    assert "not registered when this action was decided" in (step.observation or "")
+    assert r.stop_reason == StopReason.task_completed  # and the run went on as before
+
+
+async def test_a_reconciled_completion_marker_completes_the_task_as_the_call_would() -> None:
+    ran: list[str] = []
+
+    def hook(op_id: str, arguments: dict[str, Any]) -> Outcome | None:
+        return Outcome(ActionStatus.executed, "accepted") if ran else None
+
+    def tools() -> ToolRegistry:
+        reg = ToolRegistry()
+
+        @reg.tool(replay="reconcile", reconcile=hook, completion_marker=True)
+        def grade(answer: str) -> str:
+            """Submit for grading (the grader can tell whether op_id was submitted)."""
+            ran.append(answer)
+            return "accepted"
+
+        return reg
+
+    def script_grade(request: ModelRequest) -> ModelReply:
+        return call("grade", {"answer": "42"}) if request.step_idx == 0 else ModelReply("done")
+
+    class CrashAfterTheTool(RecordingJournal):
+        async def append(self, lease: Any, records: Any) -> None:
+            if records and records[0].kind == "action_result":
+                raise Crash("died after the tool ran, before its result was durable")
+            await super().append(lease, records)
+
+    reference = await Loop(FunctionModel(script_grade), tools=tools()).run("g")
+    ran.clear()
+    inner = MemoryJournal()
+    with pytest.raises(Crash):
+        await Loop(
+            FunctionModel(script_grade), tools=tools(), journal=CrashAfterTheTool(inner)
+        ).run("g", run_id="r")
+    assert ran == ["42"]
+    r = await Loop(FunctionModel(script_grade), tools=tools(), journal=inner).resume("r")
+    assert ran == ["42"]  # reconciled, not run again
+    assert reference.stop_reason is r.stop_reason is StopReason.task_completed
+    assert r.steps_used == reference.steps_used == 1
+
+
+async def test_cancelling_a_resume_while_it_reconciles_names_the_unresolved_action() -> None:
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    async def slow_hook(op_id: str, arguments: dict[str, Any]) -> Outcome | None:
+        entered.set()
+        await gate.wait()  # the mail server is slow to answer
+        return None
+
+    def tools() -> ToolRegistry:
+        reg = ToolRegistry()
+
+        @reg.tool(replay="reconcile", reconcile=slow_hook)
+        def send(to: str) -> str:
+            """Send a message."""
+            return f"sent to {to}"
+
+        return reg
+
+    def script_send(request: ModelRequest) -> ModelReply:
+        return call("send", {"to": "bob"}) if request.step_idx == 0 else ModelReply("done")
+
+    inner = MemoryJournal()
+    with pytest.raises(Crash):  # write 2 is the model result with the action intent
+        await Loop(
+            FunctionModel(script_send),
+            tools=tools(),
+            journal=RecordingJournal(inner, crash_at=2, crash_after=True),
+        ).run("mail", run_id="m")
+    intent = [x for x in inner.records("m") if isinstance(x, ActionIntent)][-1]
+    loop = Loop(FunctionModel(script_send), tools=tools(), journal=inner, cancel_grace_s=0.05)
+    task = asyncio.ensure_future(loop.resume("m"))
+    await asyncio.wait_for(entered.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    ends = [x for x in inner.records("m") if isinstance(x, RunEnd)]
+    assert [e.stop_reason for e in ends] == [StopReason.cancelled]
+    detail = ends[0].stop_detail or ""
+    assert intent.op_id in detail and "outcome unknown" in detail

@@ -812,6 +812,22 @@ async def test_damaged_records_fail_clearly_and_nothing_is_modified(
     assert world.charged == world.stored == []
 
 
+async def test_a_stored_history_that_makes_no_context_is_refused_before_the_lease(
+    journal_backend: Store,
+) -> None:
+    """The journal reads it (a list), the context builder cannot use it: resume fails with a
+    JournalError before it takes the lease, so the row (a dead owner's lease included) stays
+    as it was."""
+    store = journal_backend
+    before = await damaged_run(store, "UPDATE runs SET history_json = '[1]'")
+    world = World()
+    async with store.journal() as journal:
+        with pytest.raises(JournalError, match="no context can be built from its stored goal"):
+            await new_loop(world, journal).resume("r")
+    assert store.snapshot() == before
+    assert world.charged == world.stored == []
+
+
 async def test_records_that_contradict_each_other_fail_and_stay_as_they_were(
     journal_backend: Store,
 ) -> None:

@@ -384,16 +384,23 @@ async def test_cancellation_propagates_and_is_not_a_tool_error() -> None:
         await task
 
 
-async def test_cancelled_error_raised_by_a_tool_propagates() -> None:
+async def test_a_cancelled_error_the_tool_raised_itself_is_a_failure_like_any_other() -> None:
+    """Nobody cancelled the call: the tool awaited something another party cancelled. The
+    step is an executed one with a failure (the run goes on), not a cancellation."""
     registry = ToolRegistry()
 
     @registry.tool
     async def cancels() -> str:
-        """Raise CancelledError."""
-        raise asyncio.CancelledError
+        """Await a future somebody else cancels."""
+        fut = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(fut.cancel)
+        await fut
+        return "never"
 
-    with pytest.raises(asyncio.CancelledError):
-        await ToolEnvironment(registry).execute(act("cancels"), CTX)
+    outcome = await ToolEnvironment(registry).execute(act("cancels"), CTX)
+    assert outcome.status is ActionStatus.executed and outcome.synthetic
+    assert outcome.failure is not None and outcome.failure.error_type == "CancelledError"
+    assert "CancelledError" in outcome.observation
 
 
 def test_replay_policy(registry: ToolRegistry, env: ToolEnvironment) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..seams import Context
 from ..types import (
+    JournalError,
     Limits,
     LimitsChanged,
     Message,
     RunEnd,
     RunResult,
     RunSpec,
+    ToolSpec,
 )
 from .replay import Replayed, replay
 from .run import KernelConfig, RunDriver, build_result, new_id
@@ -58,14 +61,14 @@ class Kernel:
         spec, records = await cfg.journal.read(run_id)
         if records and isinstance(records[-1], RunEnd):
             return self._rebuilt(spec, records)  # ended is absorbing: read only, no lease
-        # Check the records before taking the lease, so a damaged journal is never written to.
+        # Check the records and the stored history before taking the lease, so a damaged
+        # journal is never written to.
         replay(spec.run_id, spec.limits, records, None)
+        tool_specs = tuple(cfg.environment.tool_specs())
+        self._context(spec, tool_specs)
         lease, spec, records = await cfg.journal.acquire(run_id, ttl_s=cfg.lease_ttl_s)
         try:
-            tool_specs = tuple(cfg.environment.tool_specs())
-            context = cfg.context_builder.new(
-                goal=spec.goal, history=spec.history, tool_specs=tool_specs
-            )
+            context = self._context(spec, tool_specs)
             state = replay(spec.run_id, spec.limits, records, context)
             if state.end is not None:  # it ended between our read and our lease
                 await cfg.journal.release(lease)
@@ -95,10 +98,19 @@ class Kernel:
             self._active.pop(driver.run_id, None)
 
     def _rebuilt(self, spec: RunSpec, records: Sequence[Any]) -> RunResult:
-        cfg = self.cfg
-        tool_specs = tuple(cfg.environment.tool_specs())
-        context = cfg.context_builder.new(
-            goal=spec.goal, history=spec.history, tool_specs=tool_specs
-        )
+        context = self._context(spec, tuple(self.cfg.environment.tool_specs()))
         state = replay(spec.run_id, spec.limits, records, context)
         return build_result(spec, state, context)
+
+    def _context(self, spec: RunSpec, tool_specs: tuple[ToolSpec, ...]) -> Context:
+        """A new context from the run's stored goal and history; ``JournalError`` if the
+        stored history cannot make one (the journal is damaged)."""
+        try:
+            return self.cfg.context_builder.new(
+                goal=spec.goal, history=spec.history, tool_specs=tool_specs
+            )
+        except Exception as exc:
+            raise JournalError(
+                f"run {spec.run_id!r}: no context can be built from its stored goal and "
+                f"history ({type(exc).__name__}: {exc}); the journal was not modified"
+            ) from exc

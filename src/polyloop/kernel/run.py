@@ -83,7 +83,7 @@ from ..types import (
     Turn,
     canonical_json,
 )
-from . import _eager, stopping
+from . import stopping
 from .replay import Interrupted, Replayed
 from .report import build_report
 from .steps import (
@@ -151,6 +151,7 @@ class _StepCtx:
     reply: ModelReply
     llm_call_id: str
     intent: ActionIntent
+    resumed: bool = False  # the intent was found without a result: it may have run already
 
 
 def _error_info(exc: BaseException) -> ErrorInfo:
@@ -165,6 +166,21 @@ def _pending(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
     return PendingAction(
         intent.step_idx, intent.op_id, a.tool_name, intent.args_json, a.text, policy
     )
+
+
+def _wake(waiter: asyncio.Future[None], _: object) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _unknown_then(name: str) -> str:
+    return f"Tool {name!r} was not registered when this action was decided, so it was not executed."
+
+
+def _self_cancelled() -> Outcome:
+    message = "the environment's call was cancelled from within (the run was not cancelled)"
+    failure = Failure(error_type="CancelledError", message=message)
+    return Outcome(ActionStatus.env_error, f"CancelledError: {message}", True, failure=failure)
 
 
 def _env_detail(outcome: Outcome) -> str:
@@ -274,7 +290,7 @@ class RunDriver:
         reply, call_id = it.result.reply, it.result.llm_call_id
         if it.action_intent is None:  # model result without step: re-interpret, no model call
             return await self._decide(it.step_idx, t0, prompt_chars, reply, call_id)
-        sc = _StepCtx(it.step_idx, t0, prompt_chars, reply, call_id, it.action_intent)
+        sc = _StepCtx(it.step_idx, t0, prompt_chars, reply, call_id, it.action_intent, True)
         if it.action_result is not None:  # result without step: build the step, never re-run
             r = it.action_result
             return await self._settle(sc, r.outcome, r.latency_ms, result_durable=True)
@@ -285,10 +301,16 @@ class RunDriver:
         intent = sc.intent
         policy = intent.replay_policy
         name = intent.action.tool_name
+        if not intent.known_tool and name is not None and name in self.tool_names:
+            # Unknown when it was decided, registered now: it was never executed (an unknown
+            # tool runs nothing), and running it now would be a step the run never had.
+            refused = Outcome(ActionStatus.not_executed, _unknown_then(name), synthetic=True)
+            return await self._settle(sc, refused, 0.0)
         if intent.known_tool and name is not None and name not in self.tool_names:
             policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
         if policy is ReplayPolicy.never:
             return await self._end_unknown(intent, policy)
+        self._intent_written = sc  # from here a cancellation reports its outcome unknown
         if policy is ReplayPolicy.reconcile:
             ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
             try:
@@ -297,7 +319,6 @@ class RunDriver:
                 return await self._end_unknown(intent, policy)
             if outcome is not None:
                 return await self._settle(sc, outcome, 0.0)
-        self._intent_written = sc
         return await self._act(sc)
 
     # -- C: the model call --------------------------------------------------------------------
@@ -485,13 +506,17 @@ class RunDriver:
                 )
             )
         t = self.cfg.clock.monotonic()
-        started = _eager.start(self._execute(intent.action, ctx))
-        if started.task is None:  # finished without suspending: nothing could cancel it
-            outcome: Outcome = started.value
-        else:
-            # Its own task, shielded: on cancellation it may finish within the grace period.
-            self._action_task = started.task
-            outcome = await asyncio.shield(started.task)
+        # Its own task, from its first line (what a tool's asyncio.timeout or TaskGroup takes
+        # as the current task must be the action's, never the run's), shielded: on the run's
+        # cancellation the action may finish within the grace period.
+        task = self._action_task = asyncio.ensure_future(self._execute(intent.action, ctx))
+        # Wait for it without passing the run's cancellation on to it (as asyncio.shield).
+        done = asyncio.get_running_loop().create_future()
+        task.add_done_callback(functools.partial(_wake, done))
+        await done
+        # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
+        # (it awaited something another party cancelled). An environment failure.
+        outcome = _self_cancelled() if task.cancelled() else task.result()
         return await self._settle(sc, outcome, (self.cfg.clock.monotonic() - t) * 1000)
 
     async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:
@@ -658,7 +683,7 @@ class RunDriver:
                 self._add_to_context(step, sc.reply, cut)
                 records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0), StepWritten(step))
             else:
-                started = self._action_task is not None
+                started = self._action_task is not None or sc.resumed  # it may have run
                 pending = _pending(intent, intent.replay_policy)
                 detail = (
                     f"in-flight action {pending.describe()}: outcome unknown"

@@ -6,6 +6,7 @@ one registry object handed in; nothing here keeps a second list.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import os
@@ -88,8 +89,11 @@ class ToolEnvironment:
       ``not_executed`` with a synthetic observation saying what was wrong; an ordinary
       exception from the tool is ``executed`` (its side effects may have happened) with the
       error as a synthetic observation and an ``Outcome.failure``; ``EnvironmentFailure`` is
-      ``env_error``. ``asyncio.CancelledError`` (and other ``BaseException``) propagates: the
-      action may then have happened or not, which ``replay_policy`` tells resume how to treat.
+      ``env_error``. ``asyncio.CancelledError`` propagates when the call is cancelled (as
+      other ``BaseException`` does): the action may then have happened or not, which
+      ``replay_policy`` tells resume how to treat. A ``CancelledError`` the tool raises while
+      its call is not being cancelled (it awaited something another party cancelled) is an
+      ordinary exception of the tool.
 
     Args:
         registry: the tools; the same object the caller registers on.
@@ -121,8 +125,9 @@ class ToolEnvironment:
             any other value as canonical JSON, ``str()`` if it is not JSON-serialisable; an
             ``Outcome`` returned by the tool is passed through), ``marker=True`` when a
             completion-marker tool returned normally; ``executed`` with a synthetic error
-            observation and ``failure`` when the tool raised; ``env_error`` when it raised
-            ``EnvironmentFailure``.
+            observation and ``failure`` when the tool raised (``CancelledError`` too, when the
+            call itself was not cancelled: the tool awaited something another party
+            cancelled); ``env_error`` when it raised ``EnvironmentFailure``.
 
         Raises:
             asyncio.CancelledError: the call was cancelled (a sync tool's thread runs on).
@@ -138,6 +143,13 @@ class ToolEnvironment:
                 return self._invalid_arguments(tool, exc)
         try:
             result = await tool.call(values, ctx)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the call was cancelled
+            # Nobody cancelled the call: the tool raised it itself (it awaited something that
+            # another party cancelled). Like any other exception the tool raised.
+            return self._raised(tool, exc)
         except EnvironmentFailure as exc:
             return Outcome(
                 ActionStatus.env_error,
@@ -146,18 +158,19 @@ class ToolEnvironment:
                 failure=_failure(exc, tool, error_type="EnvironmentFailure"),
             )
         except Exception as exc:
-            failure = _failure(exc, tool, error_type=type(exc).__name__)
-            text = self._templates.tool_error.format(
-                name=tool.name, error_type=failure.error_type, message=failure.message
-            )
-            return Outcome(ActionStatus.executed, text, synthetic=True, failure=failure)
+            return self._raised(tool, exc)
         if isinstance(result, Outcome):
-            if tool.completion_marker and result.status is ActionStatus.executed:
-                return dataclasses.replace(result, marker=True)
-            return result
+            return _marked(tool, result)
         return Outcome(
             ActionStatus.executed, _observation_of(result), marker=tool.completion_marker
         )
+
+    def _raised(self, tool: Tool, exc: BaseException) -> Outcome:
+        failure = _failure(exc, tool, error_type=type(exc).__name__)
+        text = self._templates.tool_error.format(
+            name=tool.name, error_type=failure.error_type, message=failure.message
+        )
+        return Outcome(ActionStatus.executed, text, synthetic=True, failure=failure)
 
     def replay_policy(self, action: Action) -> ReplayPolicy:
         """The tool's declared policy; ``idempotent`` for an unknown tool or invalid
@@ -205,12 +218,14 @@ class ToolEnvironment:
             result = await hook(ctx.op_id, values)
         else:
             result = await in_thread(hook, ctx.op_id, values)
-        if result is not None and not isinstance(result, Outcome):
+        if result is None:
+            return None
+        if not isinstance(result, Outcome):
             raise TypeError(
                 f"the reconcile hook of tool {tool.name!r} must return an Outcome or None, "
                 f"got {type(result).__name__}"
             )
-        return result
+        return _marked(tool, result)  # as if the call had returned it
 
     def __repr__(self) -> str:
         return f"ToolEnvironment({self._registry!r})"
@@ -248,6 +263,13 @@ class ToolEnvironment:
             name=tool.name, errors="\n".join(f"- {line}" for line in lines)
         )
         return Outcome(ActionStatus.not_executed, text, synthetic=True)
+
+
+def _marked(tool: Tool, outcome: Outcome) -> Outcome:
+    """``outcome`` with ``marker=True`` when a completion-marker tool executed."""
+    if tool.completion_marker and outcome.status is ActionStatus.executed and not outcome.marker:
+        return dataclasses.replace(outcome, marker=True)
+    return outcome
 
 
 def _observation_of(value: Any) -> str:
