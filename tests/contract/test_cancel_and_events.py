@@ -511,3 +511,6 @@ async def test_an_environment_call_that_cancels_itself_is_an_environment_error()
     assert [e.stop_reason for e in ends] == [StopReason.env_error]
     assert result.stop_reason is StopReason.env_error
     assert "cancelled from within" in (result.stop_detail or "")
+    step = result.steps[0]
+    assert step.action_status is ActionStatus.env_error
+    assert step.observation_synthetic and not step.completed

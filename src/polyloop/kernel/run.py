@@ -180,7 +180,8 @@ def _unknown_then(name: str) -> str:
 def _self_cancelled() -> Outcome:
     message = "the environment's call was cancelled from within (the run was not cancelled)"
     failure = Failure(error_type="CancelledError", message=message)
-    return Outcome(ActionStatus.env_error, f"CancelledError: {message}", True, failure=failure)
+    text = f"CancelledError: {message}"
+    return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
 
 
 def _env_detail(outcome: Outcome) -> str:
