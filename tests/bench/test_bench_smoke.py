@@ -85,25 +85,31 @@ def test_quick_run_writes_json_and_ratio_tables(tmp_path: Path) -> None:
     assert "Not counted: not with --quick" in md
 
 
+def _counted(**durable: int) -> dict[str, Any]:
+    """A results document with only the plan and a callgrind count (``durable``: its
+    per-thread count at 100 concurrent runs)."""
+    counted: dict[str, Any] = {
+        "instructions_per_step_20": 296335,
+        "instructions_per_step_2000": 305426,
+        "flatness": 1.031,
+    }
+    if durable:
+        counted["durable"] = {"runs": 100, **durable}
+    plan = {
+        "single_steps": [20, 200, 2000],
+        "concurrent_runs": [200],
+        "concurrent_steps": 20,
+        "latency_ms": 50.0,
+        "durable_runs": [100],
+        "resume_steps": 2000,
+    }
+    return {"plan": plan, "results": [], "instructions": counted}
+
+
 def test_an_instruction_count_decides_the_flatness_target() -> None:
     from bench.report import _Index, instructions, targets
 
-    doc: dict[str, Any] = {
-        "plan": {
-            "single_steps": [20, 200, 2000],
-            "concurrent_runs": [200],
-            "concurrent_steps": 20,
-            "latency_ms": 50.0,
-            "durable_runs": [100],
-            "resume_steps": 2000,
-        },
-        "results": [],
-        "instructions": {
-            "instructions_per_step_20": 296335,
-            "instructions_per_step_2000": 305426,
-            "flatness": 1.031,
-        },
-    }
+    doc = _counted()
     section = "\n".join(instructions(doc))
     assert "| 296,335 | 305,426 | 1.031 |" in section
     rows = [r for r in targets(doc, _Index([])) if "at 2000 ≤ 1.5" in r]
@@ -117,28 +123,7 @@ def test_an_instruction_count_decides_the_flatness_target() -> None:
 def test_the_durable_count_is_split_by_thread_and_shown_beside_issue_4s_times() -> None:
     from bench.report import _Index, instructions, targets
 
-    doc: dict[str, Any] = {
-        "plan": {
-            "single_steps": [20],
-            "concurrent_runs": [200],
-            "concurrent_steps": 20,
-            "latency_ms": 50.0,
-            "durable_runs": [100],
-            "resume_steps": 2000,
-        },
-        "results": [],
-        "instructions": {
-            "instructions_per_step_20": 296335,
-            "instructions_per_step_2000": 305426,
-            "flatness": 1.031,
-            "durable": {
-                "runs": 100,
-                "memory": 290000,
-                "sqlite_loop": 580000,
-                "sqlite_other": 290000,
-            },
-        },
-    }
+    doc = _counted(memory=290000, sqlite_loop=580000, sqlite_other=290000)
     section = "\n".join(instructions(doc))
     assert "100 concurrent runs of 20 steps" in section
     assert "| 290,000 | 580,000 | 290,000 | 870,000 | 3.00 | 2.00 |" in section
