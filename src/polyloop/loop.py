@@ -102,7 +102,8 @@ class Loop:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a polyloop.Limits, got {type(limits).__name__}")
         if environment is None:
-            environment = ToolEnvironment(tools or ToolRegistry(), templates=templates)
+            registry = tools if tools is not None else ToolRegistry()  # an empty one too
+            environment = ToolEnvironment(registry, templates=templates)
         self.limits = limits or Limits()
         self.journal: Journal = journal if journal is not None else MemoryJournal()
         self.environment = environment

@@ -514,3 +514,19 @@ async def test_an_environment_call_that_cancels_itself_is_an_environment_error()
     step = result.steps[0]
     assert step.action_status is ActionStatus.env_error
     assert step.observation_synthetic and not step.completed
+
+
+async def test_an_empty_registry_given_to_a_loop_is_the_one_it_uses() -> None:
+    """Tools registered on it after the Loop was made are seen (an empty registry is falsy:
+    it used to be replaced by a new one)."""
+    tools = ToolRegistry()
+    loop = Loop(FunctionModel(_fetch_then_answer), tools=tools)
+
+    @tools.tool
+    def fetch() -> str:
+        """Registered after the Loop was made."""
+        return "fetched"
+
+    result = await loop.run("g")
+    assert result.steps[0].action_status is ActionStatus.executed
+    assert result.steps[0].observation == "fetched"

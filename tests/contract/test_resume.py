@@ -8,6 +8,7 @@ with a fresh ``Loop`` on the same journal.
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -567,3 +568,83 @@ async def test_cancelling_a_resume_while_it_reconciles_names_the_unresolved_acti
     assert [e.stop_reason for e in ends] == [StopReason.cancelled]
     detail = ends[0].stop_detail or ""
     assert intent.op_id in detail and "outcome unknown" in detail
+
+
+async def test_a_never_tool_registered_during_the_run_is_never_replayed_as_unknown() -> None:
+    """The kernel's tool list is taken when the run starts; the environment's registry is
+    live. A tool registered during the run runs (the environment knows it, with its own
+    policy) though the intent says ``known_tool=False``: after a crash its policy decides."""
+    charged: list[str] = []
+    reg = ToolRegistry()
+
+    def register_charge() -> None:
+        @reg.tool  # replay="never"
+        def charge(amount: int) -> str:
+            """Charge a card."""
+            charged.append(str(amount))
+            return f"charged {amount}"
+
+    def script_charge(request: ModelRequest) -> ModelReply:
+        if request.step_idx == 0:
+            register_charge()  # a plugin loaded while the run goes on
+            return call("charge", {"amount": 5})
+        return ModelReply("done")
+
+    class CrashAfterTheTool(RecordingJournal):
+        async def append(self, lease: Any, records: Any) -> None:
+            if records and records[0].kind == "action_result":
+                raise Crash("died after the tool ran, before its result was durable")
+            await super().append(lease, records)
+
+    inner = MemoryJournal()
+    with pytest.raises(Crash):
+        await Loop(FunctionModel(script_charge), tools=reg, journal=CrashAfterTheTool(inner)).run(
+            "pay", run_id="r"
+        )
+    intent = [x for x in inner.records("r") if isinstance(x, ActionIntent)][-1]
+    assert charged == ["5"] and not intent.known_tool
+    assert intent.replay_policy is ReplayPolicy.never
+    r = await Loop(FunctionModel(script_charge), tools=reg, journal=inner).resume("r")
+    assert r.stop_reason is StopReason.resume_state_unknown and charged == ["5"]
+
+
+def test_a_process_stopping_in_a_tool_leaves_the_run_resumable() -> None:
+    """A tool raising SystemExit (or KeyboardInterrupt): asyncio lets it out of the event
+    loop, whose shutdown cancels the run; nobody cancelled the run itself, so no end record is
+    written and the run resumes later."""
+    journal = MemoryJournal()
+    tools = ToolRegistry()
+
+    @tools.tool(replay="idempotent")
+    async def boom(x: int) -> str:
+        """Stop the process."""
+        raise SystemExit(3)
+
+    def script_boom(request: ModelRequest) -> ModelReply:
+        return call("boom", {"x": 1}) if request.step_idx == 0 else ModelReply("done")
+
+    raised: list[BaseException] = []
+
+    def process() -> None:  # an asyncio.run of its own, as a program's main would be
+        try:
+            asyncio.run(Loop(FunctionModel(script_boom), tools=tools, journal=journal).run(
+                "g", run_id="r"))  # fmt: skip
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=process)
+    worker.start()
+    worker.join(30)
+    assert [type(e) for e in raised] == [SystemExit]
+    assert not [x for x in journal.records("r") if isinstance(x, RunEnd)]
+    fixed = ToolRegistry()
+
+    @fixed.tool(name="boom", replay="idempotent")
+    async def boom_fixed(x: int) -> str:
+        """Fixed."""
+        return "ok"
+
+    loop = Loop(FunctionModel(script_boom), tools=fixed, journal=journal)
+    r = asyncio.run(loop.resume("r"))  # the idempotent action runs again
+    assert r.stop_reason is StopReason.agent_finished
+    assert r.steps[0].observation == "ok"

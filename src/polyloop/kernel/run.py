@@ -302,9 +302,16 @@ class RunDriver:
         intent = sc.intent
         policy = intent.replay_policy
         name = intent.action.tool_name
-        if not intent.known_tool and name is not None and name in self.tool_names:
-            # Unknown when it was decided, registered now: it was never executed (an unknown
-            # tool runs nothing), and running it now would be a step the run never had.
+        if (
+            name is not None
+            and not intent.known_tool
+            and policy is ReplayPolicy.idempotent
+            and self.cfg.environment.replay_policy(intent.action) is not ReplayPolicy.idempotent
+        ):
+            # The environment did not know the tool when the action was decided (it gave an
+            # unknown tool's policy, 'idempotent': doing it again only says not_executed), and
+            # knows it now with another policy: it was never executed, and running it now would
+            # be a step the run never had.
             refused = Outcome(ActionStatus.not_executed, _unknown_then(name), synthetic=True)
             return await self._settle(sc, refused, 0.0)
         if intent.known_tool and name is not None and name not in self.tool_names:
@@ -672,6 +679,15 @@ class RunDriver:
         finishes a write it started); if it never does, the run stays resumable."""
         if self._ended:
             return
+        task = self._action_task
+        if task is not None and task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is not None and not isinstance(exc, Exception):
+                # The action raised KeyboardInterrupt or SystemExit: asyncio let it out of the
+                # event loop, whose shutdown cancels this run. Nobody cancelled the run itself:
+                # no end record, it stays resumable (as for any exception escaping a run).
+                log.warning("run %s: its action raised %r; no end record", self.run_id, exc)
+                return
         st = self.state
         records: tuple[Record, ...] = ()
         detail: str | None = None
