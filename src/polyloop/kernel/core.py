@@ -65,10 +65,11 @@ class Kernel:
         # journal is never written to.
         replay(spec.run_id, spec.limits, records, None)
         tool_specs = tuple(cfg.environment.tool_specs())
-        self._context(spec, tool_specs)
+        # The goal and history are written once, with the run: the context built from them now
+        # is the one the run goes on with (records alone are read again under the lease).
+        context = self._context(spec, tool_specs)
         lease, spec, records = await cfg.journal.acquire(run_id, ttl_s=cfg.lease_ttl_s)
         try:
-            context = self._context(spec, tool_specs)
             state = replay(spec.run_id, spec.limits, records, context)
             if state.end is not None:  # it ended between our read and our lease
                 await cfg.journal.release(lease)
