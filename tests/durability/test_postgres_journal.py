@@ -225,6 +225,24 @@ async def test_the_appends_of_one_event_loop_turn_share_one_transaction(db: Post
     assert db.sql("SELECT count(*) FROM model_calls WHERE state = 'pending'") == [(40,)]
 
 
+async def test_appends_sharing_a_transaction_return_only_after_its_commit(
+    db: PostgresStore,
+) -> None:
+    async with db.journal() as journal:
+        leases = [await journal.create(spec(f"r{i}"), ttl_s=60) for i in range(3)]
+        with db.writes_blocked():  # another session holds the runs table: the fence waits
+            tasks = [
+                asyncio.ensure_future(journal.append(x, [ModelIntent(0, x.run_id, 1)]))
+                for x in leases
+            ]
+            await asyncio.sleep(0.2)
+            assert not any(t.done() for t in tasks)
+            assert db.sql("SELECT count(*) FROM journal") == [(0,)]
+        await asyncio.gather(*tasks)
+    assert db.sql("SELECT count(*) FROM journal") == [(3,)]
+    assert len(transactions_of(db, "model_intent")) == 1
+
+
 async def test_a_lease_taken_over_fails_alone_in_a_shared_transaction(db: PostgresStore) -> None:
     async with db.journal() as journal, db.journal() as other:
         leases = {k: await journal.create(spec(k), ttl_s=60) for k in "abc"}
