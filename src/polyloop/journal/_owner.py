@@ -4,12 +4,20 @@ An owner string is ``<host id>/<pid>/<process start time>/<token>``. The host id
 kernel's boot id with the pid-namespace id, so two containers sharing a hostname differ, and
 a reboot changes it. The random token makes two executions in one process (two ``Loop`` runs)
 different owners.
+
+"Provably dead" (durability.md "Leases") is decided from ``/proc`` of this host: no process with
+the owner's pid and start time, or one that can never run an instruction of its own again — a
+zombie (it exited; its parent has not reaped it yet, which may take a while or never happen)
+or a process being torn down by a SIGKILL (``kill -9`` returned; the kernel has not finished).
+A stopped (SIGSTOP) or traced process is alive, and so is a process whose main thread exited
+while other threads still run (the leader shows as a zombie then).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 from dataclasses import dataclass
 
@@ -51,14 +59,49 @@ def host_id() -> str:
     return _host_cache
 
 
-def process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot, or None if no such process."""
+def _stat(pid: int) -> tuple[str, str] | None:
+    """(state letter, start time in clock ticks since boot) of a process, or None if none."""
     stat = _read(f"/proc/{pid}/stat")
     if stat is None:
         return None
-    # Field 22; the command name (field 2) may contain spaces, so split after its ")".
+    # Fields 3 and 22; the command name (field 2) may contain spaces, so split after its ")".
     rest = stat.rpartition(")")[2].split()
-    return rest[19] if len(rest) > 19 else None
+    return (rest[0], rest[19]) if len(rest) > 19 else None
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot, or None if no such process."""
+    seen = _stat(pid)
+    return None if seen is None else seen[1]
+
+
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+_EXITED = ("Z", "X")  # zombie, dead (being reaped)
+
+
+def _never_runs_again(pid: int, start: str) -> bool:
+    """Whether the process ``pid`` (seen with start time ``start``) can never execute another
+    instruction of its own: a SIGKILL is queued for the whole process (it is being torn down;
+    no thread returns to user space), or its leader has exited and no other thread is left (a
+    zombie). Answers False when in doubt."""
+    fields: dict[str, str] = {}
+    for line in (_read(f"/proc/{pid}/status") or "").splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    try:
+        state = fields["State"][:1]
+        threads = int(fields.get("Threads", "0"))
+        pending = int(fields.get("ShdPnd", "0"), 16)
+    except (KeyError, ValueError):
+        return False
+    if pending & _SIGKILL_BIT:  # SIGKILL cannot be caught, blocked or ignored
+        return True
+    if state not in _EXITED or threads != 1:
+        return False  # running, sleeping, stopped, traced; or a zombie leader with live threads
+    # A zombie alone. Read the state again: a thread that exec'd while the leader was a zombie
+    # takes over its pid (and start time), and only its own state shows it is running.
+    again = _stat(pid)
+    return again is None or again[1] != start or again[0] in _EXITED
 
 
 _self_cache: tuple[int, str] | None = None
@@ -88,10 +131,17 @@ def parse_owner(owner: str) -> OwnerId | None:
 
 def owner_is_dead(owner: str) -> bool:
     """True only when the owner provably cannot be running: same host, and no process with its
-    pid and start time. Any doubt (another host, unreadable /proc) answers False."""
+    pid and start time, or that process can never run again (a zombie not yet reaped by its
+    parent, or a process a SIGKILL is tearing down), so ``kill -9`` then resume takes the lease
+    over at once. A stopped or otherwise live process is never dead; any doubt (another host,
+    unreadable /proc) answers False. Reads a few small /proc files: called only when a run's
+    lease is found held, never per step."""
     o = parse_owner(owner)
     if o is None or o.host != host_id() or o.start == "?":
         return False
     if o.pid == os.getpid():
         return False  # this very process: alive (another execution in it holds the lease)
-    return process_start(o.pid) != o.start
+    seen = _stat(o.pid)
+    if seen is None or seen[1] != o.start:
+        return True  # no such process, or the pid now names another one
+    return _never_runs_again(o.pid, o.start)
