@@ -11,6 +11,10 @@ API reference documents for the chat completion object and for error responses.
 
 A request with nothing left in the script gets a 500 saying so. ``stop()`` releases any
 request held by :func:`hang` and joins every handler thread, so nothing outlives the test.
+
+``FakeOpenAIServer(strict=True)`` also checks every request the way llama-cpp-python 0.3.x's
+server does (see :func:`strict_violation`): a body it would refuse gets its answer, HTTP 500,
+and uses up no scripted reply.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
+
+import pydantic
+from typing_extensions import TypedDict
 
 __all__ = [
     "FakeOpenAIServer",
@@ -34,6 +41,7 @@ __all__ = [
     "malformed_json",
     "rate_limited",
     "server_error",
+    "strict_violation",
     "tool_call",
     "unauthorized",
 ]
@@ -217,6 +225,113 @@ def hang() -> Reply:
     return Reply(mode="hang")
 
 
+# --- strict mode: the request shapes llama-cpp-python 0.3.x accepts -----------------------------
+# Its server declares the chat request's messages, tools and tool_choice as TypedDicts
+# (llama_cpp/llama_types.py) and FastAPI validates the body against them with pydantic; its
+# RouteErrorHandler answers any exception, a validation error included, with HTTP 500. These
+# are the same shapes, validated the same way (keys not declared are ignored, as there).
+
+
+class _Function(TypedDict):
+    name: str
+    arguments: str
+
+
+class _ToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: _Function
+
+
+class _TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class _ImageUrl(TypedDict):
+    url: str
+    detail: NotRequired[Literal["auto", "low", "high"]]
+
+
+class _ImagePart(TypedDict):
+    type: Literal["image_url"]
+    image_url: str | _ImageUrl
+
+
+class _System(TypedDict):
+    role: Literal["system"]
+    content: str | None
+
+
+class _User(TypedDict):
+    role: Literal["user"]
+    content: str | list[_TextPart | _ImagePart] | None
+
+
+class _Assistant(TypedDict):
+    # content is a string or absent, never null: the field llama-cpp-python refuses.
+    role: Literal["assistant"]
+    content: NotRequired[str]
+    tool_calls: NotRequired[list[_ToolCall]]
+    function_call: NotRequired[_Function]
+
+
+class _Tool(TypedDict):
+    role: Literal["tool"]
+    content: str | None
+    tool_call_id: str
+
+
+class _FunctionResult(TypedDict):
+    role: Literal["function"]
+    content: str | None
+    name: str
+
+
+class _ToolFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: dict[str, Any]
+
+
+class _ToolSpec(TypedDict):
+    type: Literal["function"]
+    function: _ToolFunction
+
+
+class _NamedFunction(TypedDict):
+    name: str
+
+
+class _NamedToolChoice(TypedDict):
+    type: Literal["function"]
+    function: _NamedFunction
+
+
+class _StrictRequest(TypedDict):
+    messages: NotRequired[list[_System | _User | _Assistant | _Tool | _FunctionResult]]
+    tools: NotRequired[list[_ToolSpec] | None]
+    tool_choice: NotRequired[Literal["none", "auto", "required"] | _NamedToolChoice | None]
+
+
+_STRICT = pydantic.TypeAdapter(_StrictRequest)
+
+
+def strict_violation(body: Any) -> str | None:
+    """Why llama-cpp-python 0.3.x's server would refuse a chat request ``body`` (the decoded
+    JSON), in pydantic's words; None when it would accept it."""
+    try:
+        _STRICT.validate_python(body)
+    except pydantic.ValidationError as exc:
+        return str(exc)
+    return None
+
+
+def _refused(violation: str) -> Reply:
+    """llama-cpp-python's answer to a request it cannot validate."""
+    return error(500, violation, type="internal_server_error")
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
@@ -263,6 +378,8 @@ class FakeOpenAIServer:
     """The server. ``url`` is the ``base_url`` to give the SDK (ends in ``/v1``)."""
 
     requests: list[Received] = field(default_factory=list)
+    strict: bool = field(default=False, kw_only=True)
+    """Refuse, as llama-cpp-python 0.3.x does, requests whose shape it does not accept."""
     _script: deque[Reply] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -286,8 +403,11 @@ class FakeOpenAIServer:
             return len(self._script)
 
     def _take(self, received: Received) -> Reply:
+        violation = strict_violation(received.body) if self.strict else None
         with self._lock:
             self.requests.append(received)
+            if violation is not None:
+                return _refused(violation)
             if self._script:
                 return self._script.popleft()
         return error(500, "fake server: the script is exhausted", type="server_error")

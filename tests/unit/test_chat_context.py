@@ -248,7 +248,7 @@ def test_executed_step_is_an_assistant_call_and_a_tool_answer() -> None:
     assert list(ctx.messages())[-2:] == [
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_2_0",

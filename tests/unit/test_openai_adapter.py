@@ -37,6 +37,7 @@ from tests.fakes.openai_server import (
     malformed_json,
     rate_limited,
     server_error,
+    strict_violation,
     tool_call,
     unauthorized,
 )
@@ -148,22 +149,20 @@ async def test_options_are_sent_and_extra_body_is_merged(fake: FakeOpenAIServer)
     assert body["tool_choice"] == "required"
 
 
-async def test_the_conversation_is_sent_as_is_and_not_mutated(
+ADD_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+}
+
+
+async def test_the_conversation_is_sent_as_given_and_not_mutated(
     model: OpenAIModel, fake: FakeOpenAIServer
 ) -> None:
     messages: list[dict[str, Any]] = [
-        {"role": "user", "content": "add 2 and 3"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
-                }
-            ],
-        },
+        {"role": "system", "content": "Be brief.", "name": "rules"},
+        {"role": "user", "content": [{"type": "text", "text": "add 2 and 3"}]},
+        {"role": "assistant", "content": "Adding.", "tool_calls": [ADD_CALL]},
         {"role": "tool", "tool_call_id": "call_1", "content": "5"},
     ]
     before = copy.deepcopy(messages)
@@ -171,6 +170,36 @@ async def test_the_conversation_is_sent_as_is_and_not_mutated(
     await model.complete(request(messages, [ADD_SPEC]))
     assert fake.requests[0].body["messages"] == before
     assert messages == before
+
+
+async def test_a_message_without_text_is_sent_with_empty_string_content(
+    fake: FakeOpenAIServer,
+) -> None:
+    # OpenAI's own shape for a reply that only calls tools is content null; llama-cpp-python
+    # 0.3.x refuses null (HTTP 500) and older servers refuse an absent content: "" is what
+    # every server accepts, for history messages too.
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "add 2 and 3"},
+        {"role": "assistant", "content": None, "tool_calls": [ADD_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": None},
+        {"role": "assistant", "tool_calls": [{**ADD_CALL, "id": "call_2"}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "5"},
+    ]
+    before = copy.deepcopy(messages)
+    with FakeOpenAIServer(strict=True) as strict:
+        strict.script(completion("5"))
+        async with OpenAIModel("gpt-test", base_url=strict.url) as model:
+            reply = await model.complete(request(messages, [ADD_SPEC]))
+    assert reply.text == "5"
+    (got,) = strict.requests
+    assert got.body["messages"] == [
+        {"role": "user", "content": "add 2 and 3"},
+        {"role": "assistant", "content": "", "tool_calls": [ADD_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": ""},
+        {"role": "assistant", "tool_calls": [{**ADD_CALL, "id": "call_2"}], "content": ""},
+        {"role": "tool", "tool_call_id": "call_2", "content": "5"},
+    ]
+    assert messages == before  # the caller's dicts are not touched
 
 
 async def test_the_sdk_does_not_retry_on_its_own(
@@ -565,6 +594,70 @@ async def test_loop_runs_a_tool_call_then_an_answer(fake: FakeOpenAIServer) -> N
     assert [t["function"]["name"] for t in first["tools"]] == ["add"]
     assert second["messages"][-2]["tool_calls"][0]["id"] == "call_1"
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+async def test_a_tool_round_trip_passes_a_server_as_strict_as_llama_cpp_python() -> None:
+    with FakeOpenAIServer(strict=True) as fake:
+        fake.script(
+            completion(
+                tool_calls=[tool_call("add", '{"a": 2, "b": 3}', id="call_1")],
+                reasoning_content="2 plus 3, use the tool",
+                id="cmpl-a",
+            ),
+            completion("2 + 3 = 5", id="cmpl-b"),
+        )
+        async with OpenAIModel("gpt-test", base_url=fake.url) as model:
+            result = await Loop(model, tools=adder(), clock=FakeClock()).run("What is 2+3?")
+    assert (result.stop_reason, result.stop_detail) == (StopReason.agent_finished, None)
+    assert result.final_answer == "2 + 3 = 5"
+    assert result.steps[0].reasoning_chars == len("2 plus 3, use the tool")
+    first, second = (r.body for r in fake.requests)
+    assert strict_violation(first) is strict_violation(second) is None
+    # The reasoning is recorded in the step, never sent back: a server may refuse the field.
+    assert second["messages"][-2:] == [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ({"role": "assistant", "content": None, "tool_calls": [ADD_CALL]}, True),
+        ({"role": "assistant", "content": "", "tool_calls": [ADD_CALL]}, False),
+        ({"role": "assistant", "tool_calls": [ADD_CALL]}, False),
+        ({"role": "assistant", "content": "", "reasoning_content": "hm"}, False),  # ignored
+        ({"role": "tool", "content": "5"}, True),  # no tool_call_id
+        ({"role": "tool", "tool_call_id": "call_1", "content": None}, False),
+        ({"role": "user", "content": [{"type": "text", "text": "hi"}]}, False),
+        ({"role": "user", "content": [{"type": "audio"}]}, True),
+        ({"role": "developer", "content": "be brief"}, True),
+    ],
+)
+async def test_the_strict_server_refuses_what_llama_cpp_python_refuses_with_http_500(
+    message: dict[str, Any], refused: bool
+) -> None:
+    with FakeOpenAIServer(strict=True) as fake:
+        fake.script(completion("ok"))
+        async with OpenAIModel("gpt-test", base_url=fake.url) as model:
+            client: Any = model.client
+            call = client.chat.completions.create(model="gpt-test", messages=[message])
+            if refused:
+                with pytest.raises(openai.InternalServerError, match=r"messages\.0"):
+                    await call
+            else:
+                assert (await call).choices[0].message.content == "ok"
+        assert fake.remaining == (1 if refused else 0)  # a refused request uses no reply
 
 
 async def test_loop_retries_a_rate_limit_after_the_servers_retry_after(

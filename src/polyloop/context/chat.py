@@ -106,7 +106,9 @@ class ChatContext:
       user message;
     * otherwise (a final answer) nothing more; tool calls, if any, are answered with "".
 
-    A step without a reply (a model failure) adds nothing. Tool calls without an id, or whose
+    The assistant message's ``content`` is always a string, "" when the reply has no text
+    (never null: some OpenAI-compatible servers refuse it). A step without a reply (a model
+    failure) adds nothing. Tool calls without an id, or whose
     id repeats one earlier in the same reply, get ``call_<step_idx>_<n>`` (``n`` is the call's
     position, from 0), so that a rebuilt conversation is byte-identical.
 
@@ -214,12 +216,9 @@ def _call_ids(reply: ModelReply, step_idx: int) -> list[str]:
 def _assistant_message(reply: ModelReply, ids: Sequence[str]) -> tuple[dict[str, Any], int]:
     """The assistant message of ``reply`` and its size as :func:`_message_chars` counts it
     (computed while building it: the arguments text is made once)."""
-    # content None is the OpenAI shape for a reply that only calls tools; a reply with neither
-    # text nor calls keeps "" so the message stays valid (content is required without calls).
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": reply.text or (None if reply.tool_calls else ""),
-    }
+    # Always a string, "" for a reply that only calls tools: OpenAI's own shape there is null,
+    # which llama-cpp-python's server refuses; "" is accepted by every compatible server.
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
     chars = len(reply.text)
     if reply.tool_calls:
         calls = []

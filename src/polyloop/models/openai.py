@@ -40,7 +40,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -50,6 +50,7 @@ import pydantic
 
 from ..types import (
     ConfigError,
+    Message,
     ModelCallError,
     ModelReply,
     ModelRequest,
@@ -156,7 +157,14 @@ class OpenAIModel:
 
     One ``complete`` is one ``POST /chat/completions`` with the request's messages and, when
     there are tools, ``tools``, ``tool_choice`` and ``parallel_tool_calls=false`` (the kernel
-    executes one action per step). The SDK's own retries are off (``max_retries=0``):
+    executes one action per step). The messages are sent as given, history included, except
+    that a message whose ``content`` is null or absent is sent with ``"content": ""``: OpenAI
+    accepts both, but llama-cpp-python's server (0.3.x) answers HTTP 500 to an assistant
+    message with null content and older servers require the key, so "" is what every
+    compatible server takes. The request's message dicts are never modified. Nothing else is
+    added: the reply's reasoning is recorded in the step, never sent back (servers differ on
+    whether they accept a ``reasoning_content`` field); fields a history message carries
+    are passed on as given. The SDK's own retries are off (``max_retries=0``):
     PolyLoop's :class:`~polyloop.RetryPolicy` owns retrying, so every attempt is journaled,
     counted and backed off on PolyLoop's clock; SDK retries would be invisible to all three.
 
@@ -299,7 +307,7 @@ class OpenAIModel:
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self._model,
-            "messages": list(request.messages),
+            "messages": _wire_messages(request.messages),
             "timeout": self._timeout_s,
         }
         if request.tool_specs:
@@ -335,6 +343,18 @@ class OpenAIModel:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _wire_messages(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as sent: a message whose content is null or absent is replaced by a copy
+    with ``"content": ""`` (see the class docstring); all others are the same objects."""
+    # One lookup per message: the SDK copies and encodes every message of the request anyway,
+    # and the chat context's own messages never need the copy.
+    wire = list(messages)
+    for i, message in enumerate(wire):
+        if message.get("content") is None:
+            wire[i] = {**message, "content": ""}
+    return wire
 
 
 # -- replies -----------------------------------------------------------------------------------
