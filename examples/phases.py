@@ -11,7 +11,9 @@ It runs offline with scripted models; swap in a real model to use it for real.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from polyloop import Limits, Loop, ModelReply, RunResult, StopReason, ToolCall, ToolRegistry
 from polyloop.journal import MemoryJournal
@@ -57,7 +59,7 @@ async def orchestrate(goal: str, models: dict[str, ScriptedModel]) -> list[Phase
     journal = MemoryJournal()  # one journal for all phases: one place to query them
     tools = make_tools(notes)
     reports: list[PhaseReport] = []
-    history: tuple[object, ...] = ()
+    history: Sequence[Mapping[str, Any]] = ()
     phases = [
         ("plan", Limits(max_steps=3), {StopReason.agent_finished}),
         ("execute", Limits(max_steps=10, max_actions=5), {StopReason.agent_finished}),
@@ -68,13 +70,14 @@ async def orchestrate(goal: str, models: dict[str, ScriptedModel]) -> list[Phase
         result = await loop.run(
             f"[{name}] {goal}",
             history=history,
-            metadata={"phase": name},  # type: ignore[arg-type]
+            metadata={"phase": name},
         )
         reports.append(PhaseReport(name, result))
         if result.stop_reason not in expected:
             break  # the caller decides what a failed phase means; the kernel only reports it
-        # The next phase sees this phase's conversation, minus its system prompt.
-        history = tuple(m for m in result.messages if m.get("role") != "system")
+        # The next phase continues this phase's conversation, system message included: a
+        # history that starts with one brings it, so each request has exactly one.
+        history = result.messages
     return reports
 
 

@@ -197,6 +197,80 @@ def test_empty_system_prompt_means_no_system_message() -> None:
     assert list(ctx.messages()) == [{"role": "user", "content": "g"}]
 
 
+def system_messages(messages: Sequence[Message]) -> list[int]:
+    return [i for i, m in enumerate(messages) if m["role"] == "system"]
+
+
+def test_a_previous_runs_messages_as_history_give_one_system_message() -> None:
+    builder = ChatContextBuilder()
+    first = builder.new(goal="plan", history=(), tool_specs=SPECS)
+    first.add_step(executed(0, ToolCall("count", {"n": 2}, "c0"), "1 2"))
+    first.add_step(turn(step(1), ModelReply(text="planned")))
+    second = builder.new(goal="execute", history=first.messages(), tool_specs=SPECS)
+    assert list(second.messages()) == [*first.messages(), {"role": "user", "content": "execute"}]
+    second.add_step(turn(step(0), ModelReply(text="executed")))
+    third = builder.new(goal="summarize", history=second.messages(), tool_specs=SPECS)
+    assert system_messages(second.messages()) == system_messages(third.messages()) == [0]
+    assert third.messages()[0] == first.messages()[0]
+    assert third.prompt_chars == reference_prompt_chars(third.messages(), SPECS)
+
+
+def test_a_historys_system_message_wins_over_the_default_prompt() -> None:
+    # What the earlier phase's model saw; the default wording is no choice of the caller's.
+    history = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "hi"}]
+    ctx = ChatContextBuilder().new(goal="g", history=history, tool_specs=SPECS)
+    assert list(ctx.messages()) == [*history, {"role": "user", "content": "g"}]
+    assert ctx.prompt_chars == reference_prompt_chars(ctx.messages(), SPECS)
+    empty = ChatContextBuilder(system_prompt="").new(goal="g", history=history, tool_specs=())
+    assert list(empty.messages()) == list(ctx.messages())
+
+
+def test_a_chosen_prompt_equal_to_the_historys_is_sent_once() -> None:
+    history = [{"role": "system", "content": "SYS", "name": "rules"}]
+    ctx = new_context(history)  # system_prompt="SYS"
+    assert list(ctx.messages()) == [*history, {"role": "user", "content": "Count to three."}]
+
+
+@pytest.mark.parametrize(
+    "builder",
+    [
+        ChatContextBuilder(system_prompt="You execute."),
+        ChatContextBuilder(templates=dataclasses.replace(Templates(), system_prompt="Execute.")),
+        ChatContextBuilder(system_prompt=DEFAULT_TEMPLATES.system_prompt),
+    ],
+    ids=["system_prompt", "templates", "default-text-passed"],
+)
+def test_a_chosen_prompt_that_contradicts_the_historys_is_refused(
+    builder: ChatContextBuilder,
+) -> None:
+    history = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError, match="history starts with a system message") as caught:
+        builder.new(goal="g", history=history, tool_specs=())
+    message = str(caught.value)
+    assert "\n" not in message and "'You plan.'" in message
+    assert "history[1:]" in message and "system_prompt=''" in message
+    # The two ways out the message names.
+    ctx = builder.new(goal="g", history=history[1:], tool_specs=())
+    assert system_messages(ctx.messages()) == [0] and ctx.messages()[0]["content"] != "You plan."
+    keep = ChatContextBuilder(system_prompt="").new(goal="g", history=history, tool_specs=())
+    assert keep.messages()[0] == history[0]
+
+
+def test_system_messages_later_in_the_history_are_kept_where_they_are() -> None:
+    history = [
+        {"role": "user", "content": "before"},
+        {"role": "system", "content": "Note: the user is on mobile."},
+        {"role": "assistant", "content": "ok"},
+    ]
+    ctx = new_context(history)
+    assert list(ctx.messages()) == [
+        {"role": "system", "content": "SYS"},
+        *history,
+        {"role": "user", "content": "Count to three."},
+    ]
+    assert ctx.prompt_chars == reference_prompt_chars(ctx.messages(), SPECS)
+
+
 def test_model_failure_step_adds_nothing() -> None:
     ctx = new_context()
     before = (len(ctx.messages()), ctx.prompt_chars)

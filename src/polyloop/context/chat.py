@@ -240,9 +240,27 @@ class ChatContextBuilder:
     """Makes a :class:`ChatContext` per run (the ContextBuilder seam). Stateless between runs:
     one builder serves many concurrent runs.
 
-    The conversation starts with the system message, then the ``history`` messages as given
-    (e.g. a previous phase's transcript; include no system message there unless you pass
-    ``system_prompt=""``), then the goal as a user message (``templates.goal``).
+    The conversation is one system message, then the ``history`` messages as given, then the
+    goal as a user message (``templates.goal``). Passing a run's ``RunResult.messages`` as the
+    next run's ``history=`` (the phase pattern) gives exactly one system message, first (some
+    chat templates refuse two):
+
+    * a ``history`` that starts with a system message brings the conversation's system
+      message: it is kept, as given (it is what the earlier run's model saw), and the builder
+      adds none;
+    * the builder's prompt yields to it silently only when it is PolyLoop's default wording or
+      "": a prompt the caller chose (``system_prompt=``, or ``templates`` with another
+      ``system_prompt``) must equal the history's, and when it differs :meth:`new` raises
+      ``ValueError`` rather than drop either text (``Loop.run`` then writes nothing). Pass
+      ``history[1:]`` to send the builder's prompt instead, or ``system_prompt=""`` to keep
+      the history's;
+    * otherwise the builder's system prompt comes first (none when it is "").
+
+    System messages later in ``history`` stay where they are: PolyLoop never puts one there,
+    OpenAI's API accepts them, and moving, converting or dropping one would change what the
+    model is told (a server whose chat template wants a single leading system message will
+    refuse such a history). The rule depends only on the history and the builder, so a
+    resumed run rebuilds the same conversation from its stored history.
 
     Args:
         system_prompt: the system message; None uses ``templates.system_prompt``, "" sends none.
@@ -259,21 +277,50 @@ class ChatContextBuilder:
         budget_hint: bool = False,
     ) -> None:
         self._system_prompt = templates.system_prompt if system_prompt is None else system_prompt
+        # The default wording is no choice of the caller's: it yields to a history's prompt.
+        self._prompt_chosen = bool(self._system_prompt) and (
+            self._system_prompt != DEFAULT_TEMPLATES.system_prompt or system_prompt is not None
+        )
         self._templates = templates
         self._budget_hint = budget_hint
 
     def new(
         self, *, goal: str, history: Sequence[Message], tool_specs: Sequence[ToolSpec]
     ) -> ChatContext:
-        """A fresh context for one run: system message, ``history``, goal."""
+        """A fresh context for one run: system message, ``history``, goal (see the class
+        docstring for which system message).
+
+        Raises:
+            ValueError: ``history`` starts with a system message that differs from a system
+                prompt the caller chose for this builder.
+            TypeError: a ``history`` message is not a mapping.
+        """
+        system_prompt = self._system_prompt
+        first = history[0] if len(history) else None
+        if isinstance(first, Mapping) and first.get("role") == "system":
+            theirs = first.get("content")
+            if self._prompt_chosen and theirs != system_prompt:
+                raise ValueError(
+                    "history starts with a system message that differs from this "
+                    f"ChatContextBuilder's system prompt ({_preview(theirs)} vs "
+                    f"{_preview(system_prompt)}); pass history[1:] to send the builder's, "
+                    "or system_prompt='' to keep the history's"
+                )
+            system_prompt = ""  # the history's is the conversation's system message
         return ChatContext(
             goal=goal,
             history=history,
             tool_specs=tool_specs,
-            system_prompt=self._system_prompt,
+            system_prompt=system_prompt,
             templates=self._templates,
             budget_hint=self._budget_hint,
         )
 
     def __repr__(self) -> str:
         return f"ChatContextBuilder(budget_hint={self._budget_hint})"
+
+
+def _preview(content: Any, limit: int = 40) -> str:
+    """``content`` for an error message: its repr, cut to about ``limit`` characters."""
+    text = repr(content)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
