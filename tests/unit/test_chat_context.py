@@ -497,6 +497,28 @@ def test_same_turns_give_byte_identical_messages() -> None:
     assert build() == build()
 
 
+def test_a_history_gives_the_same_bytes_whatever_its_key_order() -> None:
+    # A durable journal stores the history with sorted keys: a resumed run rebuilds its
+    # conversation from that form, and must send what the run sent before it.
+    call = {"id": "h1", "type": "function", "function": {"name": "count", "arguments": "{}"}}
+    given = [
+        {"role": "system", "content": "SYS"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "h1", "content": "1"},
+    ]
+    stored = json.loads(canonical_json(given))
+    assert json.dumps(stored) != json.dumps(given)
+
+    def sent(history: Sequence[Message]) -> str:
+        ctx = new_context(history)
+        ctx.add_step(turn(step(0), ModelReply(text="done")))
+        return json.dumps(list(ctx.messages()), ensure_ascii=False)
+
+    reordered = [dict(reversed(m.items())) for m in given]
+    assert sent(given) == sent(stored) == sent(reordered) == sent(tuple(given))
+    assert new_context(given).messages()[1] == given[1]  # the same content
+
+
 def test_one_builder_serves_independent_runs() -> None:
     builder = ChatContextBuilder(system_prompt="S")
     one = builder.new(goal="one", history=(), tool_specs=())

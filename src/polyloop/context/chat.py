@@ -67,6 +67,18 @@ class MessagesSnapshot(Sequence[Message]):
         return f"<MessagesSnapshot of {self._length} messages>"
 
 
+def _keys_sorted(value: Any) -> Any:
+    """A copy of ``value`` with the keys of every mapping in it sorted, nested ones too (lists
+    and tuples become lists): the order a durable journal stores a history in. A conversation
+    built from a history is then the same bytes whether the history came from the caller or,
+    on resume, from any journal."""
+    if isinstance(value, Mapping):
+        return {key: _keys_sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_keys_sorted(item) for item in value]
+    return value
+
+
 def _content_chars(content: Any) -> int:
     if content is None:
         return 0
@@ -136,7 +148,7 @@ class ChatContext:
         for message in history:
             if not isinstance(message, Mapping):
                 raise TypeError(f"history messages must be mappings, got {type(message).__name__}")
-            self._append(dict(message))
+            self._append(_keys_sorted(message))
         self._append({"role": "user", "content": templates.goal.format(goal=goal)})
 
     @property
@@ -240,14 +252,16 @@ class ChatContextBuilder:
     """Makes a :class:`ChatContext` per run (the ContextBuilder seam). Stateless between runs:
     one builder serves many concurrent runs.
 
-    The conversation is one system message, then the ``history`` messages as given, then the
-    goal as a user message (``templates.goal``). Passing a run's ``RunResult.messages`` as the
-    next run's ``history=`` (the phase pattern) gives exactly one system message, first (some
-    chat templates refuse two):
+    The conversation is at most one system message, then the ``history`` messages, then the
+    goal as a user message (``templates.goal``). History messages are copied with the keys of every
+    mapping sorted (their content is unchanged): SQLite and PostgreSQL store a history that
+    way, so a resumed run sends the same bytes as before its crash.
+
+    Passing a run's ``RunResult.messages`` as the next run's ``history=`` (the phase pattern)
+    gives exactly one system message, first (some chat templates refuse two):
 
     * a ``history`` that starts with a system message brings the conversation's system
-      message: it is kept, as given (it is what the earlier run's model saw), and the builder
-      adds none;
+      message: it is kept (it is what the earlier run's model saw), and the builder adds none;
     * the builder's prompt yields to it silently only when it is PolyLoop's default wording or
       "": a prompt the caller chose (``system_prompt=``, or ``templates`` with another
       ``system_prompt``) must equal the history's, and when it differs :meth:`new` raises
