@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -129,6 +132,60 @@ async def test_a_root_given_through_a_symlink_is_its_real_path(tmp_path: Path, r
     outcome = await call(env, "read_file", path=str(root / "src" / "app.py"))
     assert outcome.status is ActionStatus.executed
     assert (await call(env, "read_file", path="link")).status is ActionStatus.not_executed
+
+
+async def test_symlinks_inside_the_root_are_read_and_followed_while_they_stay_inside(
+    tmp_path: Path, root: Path
+) -> None:
+    env = env_for(root)
+    (root / "srclink").symlink_to("src", target_is_directory=True)
+    (root / "abs.py").symlink_to(root / "src" / "app.py")  # absolute, inside
+    (root / "src" / "up.py").symlink_to("../protected.txt")
+    (root / "back.py").symlink_to(f"../{root.name}/src/app.py")  # out through '..' and in
+    (root / "loop1").symlink_to("loop2")
+    (root / "loop2").symlink_to("loop1")
+    (root / "later.txt").symlink_to("src/later.txt")  # dangling, inside
+    for path in ("srclink/app.py", "abs.py", "srclink/../src/app.py", str(root / "abs.py")):
+        assert (await call(env, "read_file", path=path)).observation == "print('hi')\n", path
+    assert (await call(env, "read_file", path="src/up.py")).observation == "keep\n"
+    outcome = await call(env, "read_file", path="back.py")
+    assert outcome.status is ActionStatus.not_executed
+    assert "symbolic link that points outside" in outcome.observation
+    outcome = await call(env, "read_file", path="loop1")
+    assert outcome.status is ActionStatus.not_executed
+    assert "too many symbolic links" in outcome.observation
+    outcome = await call(env, "write_file", path="later.txt", content="made\n")
+    assert outcome.observation == "Created 'later.txt': 5 characters in 1 line(s)."
+    assert (root / "later.txt").is_symlink()
+    assert (root / "src" / "later.txt").read_text() == "made\n"
+    listing = await call(env, "list_files", pattern="l*")
+    assert listing.observation == (
+        "later.txt -> src/later.txt\nlink -> (outside the workspace)\nlinkdir -> (outside the "
+        "workspace)\nloop1 -> (unreadable)\nloop2 -> (unreadable)\nsrc/later.txt"
+    )
+    via = tmp_path / "via"
+    via.symlink_to(root, target_is_directory=True)
+    through = await call(env_for(via), "read_file", path=str(via / "src" / "app.py"))
+    assert through.observation == "print('hi')\n"
+
+
+async def test_writes_replace_the_file_keeping_its_mode_and_leave_nothing_behind(
+    root: Path,
+) -> None:
+    env = env_for(root)
+    script = root / "src" / "run.sh"
+    script.write_text("echo old\n")
+    script.chmod(0o750)
+    outcome = await call(env, "write_file", path="src/run.sh", content="echo new\n")
+    assert outcome.status is ActionStatus.executed
+    outcome = await call(env, "edit_file", path="src/run.sh", old="new", new="newer")
+    assert outcome.status is ActionStatus.executed
+    assert script.read_text() == "echo newer\n"
+    assert script.stat().st_mode & 0o7777 == 0o750
+    # '..' below a missing directory only undoes it: nothing but the file is made
+    outcome = await call(env, "write_file", path="src/new/../made.txt", content="x")
+    assert outcome.status is ActionStatus.executed
+    assert sorted(p.name for p in (root / "src").iterdir()) == ["app.py", "made.txt", "run.sh"]
 
 
 LOOKALIKES = [
@@ -270,3 +327,96 @@ def test_a_missing_root_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="not an existing directory"):
         workspace_tools(tmp_path / "file")
+
+
+# --- a path swapped while the tools use it ---------------------------------------------------
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchanger() -> Callable[[Path, Path], None]:
+    """``exchange(a, b)``: swap two names atomically (Linux ``renameat2(RENAME_EXCHANGE)``), so
+    a name is never missing, only a directory or file one moment and a symlink the next."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        pytest.skip("needs renameat2 (Linux with glibc 2.28 or later)")
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    renameat2.argtypes.append(ctypes.c_uint)
+
+    def exchange(a: Path, b: Path) -> None:
+        if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE):
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno), str(a))
+
+    return exchange
+
+
+def test_a_directory_or_file_swapped_for_a_symlink_during_calls_never_leads_outside(
+    tmp_path: Path,
+) -> None:
+    exchange = _exchanger()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "note.txt").write_text("OUTSIDE TOKEN\n")
+    (outside / "outside_only.txt").write_text("OUTSIDE\n")
+    root = tmp_path / "ws"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "note.txt").write_text("inside TOKEN\n")
+    (root / "f.txt").write_text("inside TOKEN\n")
+    (root / "d.link").symlink_to(outside, target_is_directory=True)
+    (root / "f.link").symlink_to(outside / "note.txt")
+    before = tree(outside)
+    registry = workspace_tools(root, shell=False)
+
+    def tool(name: str) -> Callable[..., Any]:
+        found = registry.get(name)
+        assert found is not None
+        return found.function
+
+    read, write, edit = tool("read_file"), tool("write_file"), tool("edit_file")
+    listing, grep = tool("list_files"), tool("grep")
+
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            exchange(root / "d", root / "d.link")
+            exchange(root / "f.txt", root / "f.link")
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    leaks: list[str] = []
+    errors: list[str] = []
+    states: set[str] = set()
+
+    def run(name: str, function: Callable[..., Any], *args: str) -> str:
+        try:
+            result = function(*args)
+        except Exception as exc:  # a tool that raises is not confined by construction
+            errors.append(f"{name}{args!r} raised {exc!r}")
+            return ""
+        text = result if isinstance(result, str) else result.observation
+        if "OUTSIDE" in text or "outside_only" in text:
+            leaks.append(f"{name}{args!r} -> {text!r}")
+        return text
+
+    try:
+        for i in range(1000):  # 1,000 calls of each tool, half through each swapped name
+            swapped_dir = i % 2 == 0
+            path = "d/note.txt" if swapped_dir else "f.txt"
+            text = run("read_file", read, path)
+            states.add("read" if "inside TOKEN" in text else "refused")
+            run("edit_file", edit, path, "TOKEN", "TOKEN ")
+            run("write_file", write, "d/new.txt" if swapped_dir else "f.txt", "inside TOKEN\n")
+            run("list_files", listing, "d" if swapped_dir else ".")
+            run("grep", grep, "OUTSID[E]", "d" if swapped_dir else ".")
+    finally:
+        stop.set()
+        swapper.join()
+    changed = sorted(k for k, v in tree(outside).items() if before.get(k) != v)
+    assert states == {"read", "refused"}  # the calls met both sides of the swap
+    assert changed == [], "writes went outside the workspace"
+    assert leaks == []
+    assert errors == []

@@ -1,24 +1,28 @@
 """The file tools' work: read, write, edit, list and grep inside a :class:`Workspace`.
 
 Each method returns the observation (a ``str``, or an ``Outcome`` when it reports
-``truncated_chars``) or raises :class:`Refused` before touching anything. Output is capped at
+``truncated_chars``) or raises :class:`Refused` before changing anything. Output is capped at
 ``max_output_chars`` characters of content; ``truncated_chars`` counts, exactly, the
 characters of the full result the model did not see (notes the tools add are not counted).
+
+Every file is opened through :meth:`Workspace.locate` (relative to an open directory, never
+through a symlink), and directories are walked the same way, so nothing here reads or writes
+outside the root.
 """
 
 from __future__ import annotations
 
 import codecs
 import os
+import posixpath
 import re
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO
 
 from polyloop.types import ActionStatus, Outcome
 
-from ._paths import Refused, Workspace, glob_regex, matches_glob
+from ._paths import DIR_FLAGS, FILE_FLAGS, Located, Refused, Workspace, glob_regex, matches_glob
 from ._texts import BuiltinTexts
 
 __all__ = ["Files"]
@@ -93,53 +97,54 @@ class Files:
     def read(self, path: str, offset: int, limit: int | None) -> str | Outcome:
         """Lines ``offset`` to ``offset + limit`` of a UTF-8 file, cut at the cap."""
         t = self._texts
-        real = self._ws.resolve(path)
-        size = self._regular_file(real, path).st_size
-        with self._open(real, path) as f:
-            if b"\x00" in f.read(_SNIFF_BYTES):
-                raise Refused(t.binary_file.format(path=path, size=size))
-            f.seek(0)
-            decoder = codecs.getincrementaldecoder("utf-8")()
-            end = None if limit is None else offset + limit
-            line = 0  # index of the current line
-            partial = False  # the current line has begun but not ended
-            consumed = 0  # bytes read
-            parts: list[str] = []
-            shown = 0  # characters in parts
-            line_start = 0  # `shown` when the current line began
-            selected = 0  # characters in the selected lines
-            cut: str | None = None
-            next_offset = 0
-            long_line: int | None = None
-            while end is None or line < end:
-                piece = f.readline(_CHUNK)
-                pending = len(decoder.getstate()[0])
-                try:
-                    text = decoder.decode(piece, final=not piece)
-                except UnicodeDecodeError as exc:
-                    position = consumed - pending + exc.start
-                    raise Refused(
-                        t.not_utf8.format(path=path, size=size, position=position)
-                    ) from None
-                if not piece:
-                    break
-                consumed += len(piece)
-                if line >= offset:
-                    selected += len(text)  # after a cut, only counted
-                    if cut is None and shown + len(text) <= self._max:
-                        parts.append(text)
-                        shown += len(text)
-                    elif cut is None and line_start > 0:  # stop before the line that won't fit
-                        cut = "".join(parts)[:line_start]
-                        next_offset = line
-                    elif cut is None:  # the first line alone is over the cap
-                        cut = ("".join(parts) + text)[: self._max]
-                        next_offset, long_line = line + 1, line
-                partial = not piece.endswith(b"\n")
-                if not partial:
-                    line += 1
-                    if cut is None:
-                        line_start = shown
+        with self._ws.locate(path) as found:
+            self._regular_file(found)
+            with found.open_file() as f:
+                size = os.fstat(f.fileno()).st_size
+                if b"\x00" in f.read(_SNIFF_BYTES):
+                    raise Refused(t.binary_file.format(path=path, size=size))
+                f.seek(0)
+                decoder = codecs.getincrementaldecoder("utf-8")()
+                end = None if limit is None else offset + limit
+                line = 0  # index of the current line
+                partial = False  # the current line has begun but not ended
+                consumed = 0  # bytes read
+                parts: list[str] = []
+                shown = 0  # characters in parts
+                line_start = 0  # `shown` when the current line began
+                selected = 0  # characters in the selected lines
+                cut: str | None = None
+                next_offset = 0
+                long_line: int | None = None
+                while end is None or line < end:
+                    piece = f.readline(_CHUNK)
+                    pending = len(decoder.getstate()[0])
+                    try:
+                        text = decoder.decode(piece, final=not piece)
+                    except UnicodeDecodeError as exc:
+                        position = consumed - pending + exc.start
+                        raise Refused(
+                            t.not_utf8.format(path=path, size=size, position=position)
+                        ) from None
+                    if not piece:
+                        break
+                    consumed += len(piece)
+                    if line >= offset:
+                        selected += len(text)  # after a cut, only counted
+                        if cut is None and shown + len(text) <= self._max:
+                            parts.append(text)
+                            shown += len(text)
+                        elif cut is None and line_start > 0:  # stop before the line
+                            cut = "".join(parts)[:line_start]
+                            next_offset = line
+                        elif cut is None:  # the first line alone is over the cap
+                            cut = ("".join(parts) + text)[: self._max]
+                            next_offset, long_line = line + 1, line
+                    partial = not piece.endswith(b"\n")
+                    if not partial:
+                        line += 1
+                        if cut is None:
+                            line_start = shown
         if cut is None:
             if selected:
                 return "".join(parts)
@@ -164,52 +169,47 @@ class Files:
     # --- write_file and edit_file ---------------------------------------------------------------
 
     def write(self, path: str, content: str) -> str:
-        """Create or replace a file with ``content``."""
+        """Create or replace a file with ``content`` (see :meth:`Located.replace`)."""
         t = self._texts
-        real = self._ws.resolve(path)
-        self._ws.check_writable(real, path)
         data = self._encode(content, path)
-        existed = self._writable_target(real, path)
-        try:
-            real.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise Refused(t.parent_not_directory.format(path=path)) from None
-        except OSError as exc:
-            raise Refused(t.os_error.format(path=path, reason=exc.strerror or exc)) from None
-        self._write(real, data, path)
+        with self._ws.locate(path, write=True, create=True) as found:
+            existed = found.st is not None
+            if existed:
+                self._regular_file(found)
+            found.replace(data)
         template = t.overwritten if existed else t.created
         return template.format(path=path, chars=len(content), lines=_line_count(content))
 
     def edit(self, path: str, old: str, new: str) -> str:
         """Replace the one occurrence of ``old`` with ``new``."""
         t = self._texts
-        real = self._ws.resolve(path)
-        self._ws.check_writable(real, path)
-        size = self._regular_file(real, path).st_size
-        with self._open(real, path) as f:
-            data = f.read()
-        try:
-            if b"\x00" in data[:_SNIFF_BYTES]:
-                raise UnicodeError
-            text = data.decode("utf-8")
-        except UnicodeError:
-            raise Refused(t.edit_binary.format(path=path, size=size)) from None
-        if not old:
-            raise Refused(t.edit_empty_old)
-        count = text.count(old)
-        if count == 0:
-            crlf = "\r\n" in text and "\n" in old and old.replace("\n", "\r\n") in text
-            hint = t.edit_crlf_hint if crlf else ""
-            raise Refused(t.edit_not_found.format(path=path, hint=hint))
-        if count > 1:
-            starts = list(_occurrences(text, old, _EDIT_LINES_SHOWN))
-            shown = ", ".join(str(n) for n in starts) + (", ..." if count > len(starts) else "")
-            raise Refused(t.edit_ambiguous.format(count=count, path=path, lines=shown))
-        if old == new:
-            raise Refused(t.edit_unchanged)
-        index = text.index(old)
-        data = self._encode(text[:index] + new + text[index + len(old) :], path)
-        self._write(real, data, path)
+        with self._ws.locate(path, write=True) as found:
+            self._regular_file(found)
+            with found.open_file() as f:
+                size = os.fstat(f.fileno()).st_size
+                data = f.read()
+            try:
+                if b"\x00" in data[:_SNIFF_BYTES]:
+                    raise UnicodeError
+                text = data.decode("utf-8")
+            except UnicodeError:
+                raise Refused(t.edit_binary.format(path=path, size=size)) from None
+            if not old:
+                raise Refused(t.edit_empty_old)
+            count = text.count(old)
+            if count == 0:
+                crlf = "\r\n" in text and "\n" in old and old.replace("\n", "\r\n") in text
+                hint = t.edit_crlf_hint if crlf else ""
+                raise Refused(t.edit_not_found.format(path=path, hint=hint))
+            if count > 1:
+                starts = list(_occurrences(text, old, _EDIT_LINES_SHOWN))
+                more = ", ..." if count > len(starts) else ""
+                shown = ", ".join(str(n) for n in starts) + more
+                raise Refused(t.edit_ambiguous.format(count=count, path=path, lines=shown))
+            if old == new:
+                raise Refused(t.edit_unchanged)
+            index = text.index(old)
+            found.replace(self._encode(text[:index] + new + text[index + len(old) :], path))
         return t.edited.format(
             path=path,
             line=text.count("\n", 0, index) + 1,
@@ -222,15 +222,14 @@ class Files:
     def listing(self, path: str, pattern: str | None) -> str | Outcome:
         """The files under ``path``, one per line, cut at the cap."""
         t = self._texts
-        real = self._ws.resolve(path)
-        self._exists(real, path)
         rx = glob_regex(pattern) if pattern else None
         entries: list[str] = []
-        for full, rel_base, is_link in self._walk(real):
-            if rx is not None and pattern and not matches_glob(rx, pattern, rel_base):
-                continue
-            rel = self._ws.relative(full)
-            entries.append(f"{rel} -> {self._link_target(full)}" if is_link else rel)
+        with self._ws.locate(path) as found:
+            self._exists(found)
+            for rel, base, kind, _, _ in self._walk(found):
+                if rx is not None and pattern and not matches_glob(rx, pattern, base):
+                    continue
+                entries.append(f"{rel} -> {self._link_target(rel)}" if kind == "link" else rel)
         if not entries:
             if pattern:
                 return t.list_empty_pattern.format(pattern=pattern, path=path)
@@ -252,35 +251,29 @@ class Files:
             regex = re.compile(pattern)
         except re.error as exc:
             raise Refused(t.bad_regex.format(pattern=pattern, reason=exc)) from None
-        real = self._ws.resolve(path)
-        self._exists(real, path)
         rx = glob_regex(glob) if glob else None
-        files: list[tuple[str, Path]] = []
-        for full, rel_base, is_link in self._walk(real):
-            if rx is not None and glob and not matches_glob(rx, glob, rel_base):
-                continue
-            target = Path(os.path.realpath(full)) if is_link else full
-            if is_link and not target.is_relative_to(self._ws.root):
-                continue  # never read through a link that leads out of the workspace
-            files.append((self._ws.relative(full), target))
-        files.sort()
         cap = _LineCap(self._max)
         searched = binary = 0
-        for rel, target in files:
-            try:
-                if not stat.S_ISREG(target.stat().st_mode):
-                    continue  # opening a pipe or a device could block forever
-                with open(target, "rb") as f:
-                    if b"\x00" in f.read(_SNIFF_BYTES):
-                        binary += 1
-                        continue
-                    f.seek(0)
-                    searched += 1
-                    for number, line in _lines(f):
-                        if regex.search(line):
-                            self._add_match(cap, f"{rel}:{number}:", line)
-            except OSError:
-                continue  # unreadable: skipped, like a binary file
+        with self._ws.locate(path) as found:
+            self._exists(found)
+            for rel, base, kind, dir_fd, name in self._walk(found):
+                if rx is not None and glob and not matches_glob(rx, glob, base):
+                    continue
+                f = self._open_entry(rel, kind, dir_fd, name)
+                if f is None:
+                    continue  # not a regular file, unreadable, or a link that leads out
+                with f:
+                    try:
+                        if b"\x00" in f.read(_SNIFF_BYTES):
+                            binary += 1
+                            continue
+                        f.seek(0)
+                        searched += 1
+                        for number, line in _lines(f):
+                            if regex.search(line):
+                                self._add_match(cap, f"{rel}:{number}:", line)
+                    except OSError:
+                        continue  # unreadable: skipped, like a binary file
         if not cap.lines:
             return t.grep_none.format(pattern=pattern, path=path, files=searched, binary=binary)
         if not cap.truncated:
@@ -299,87 +292,118 @@ class Files:
         # the marker is ours, not content: count everything after `kept` as cut
         cap.add(prefix + kept + marker, extra=len(line) - len(kept) - len(marker))
 
+    def _open_entry(self, rel: str, kind: str, dir_fd: int, name: str) -> BinaryIO | None:
+        """A regular file found by :meth:`_walk`, open for reading, or None."""
+        if kind == "link":  # followed only while it stays inside the workspace
+            try:
+                with self._ws.locate(rel) as target:
+                    if target.st is None or not stat.S_ISREG(target.st.st_mode):
+                        return None
+                    return target.open_file()
+            except Refused:
+                return None
+        if kind != "file":
+            return None  # opening a pipe or a device could block or have effects
+        try:
+            fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return os.fdopen(fd, "rb")
+
     # --- helpers ------------------------------------------------------------------------------
 
-    def _walk(self, top: Path) -> Iterator[tuple[Path, str, bool]]:
-        """``(path, path relative to top, is a symlink)`` for every file and symlink under
-        ``top`` (``top`` itself if it is not a directory), not following symlinks and skipping
-        ``.git``."""
-        if not top.is_dir():
-            yield top, top.name, False
+    def _walk(self, found: Located) -> Iterator[tuple[str, str, str, int, str]]:
+        """``(path relative to the root, path relative to found, kind, dir_fd, name)`` for
+        every entry that is not a directory under ``found`` (``found`` itself if it is not a
+        directory), in the order of their sorted paths; ``kind`` is "file", "link" or "other";
+        ``dir_fd`` (open while the entry is current) holds ``name``. Directories are opened
+        relative to their parent without following symlinks; ``.git`` is skipped, and so is a
+        directory that cannot be opened (unreadable, or swapped for something else)."""
+        st = found.st
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            kind = "file" if st is not None and stat.S_ISREG(st.st_mode) else "other"
+            yield found.rel, posixpath.basename(found.rel), kind, found.dir_fd, found.name
             return
-        for dirpath, dirnames, filenames in os.walk(top):
-            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-            dirnames[:] = [d for d in dirnames if d not in _SKIPPED_DIRS and d not in links]
-            for name in [*filenames, *links]:
-                full = Path(dirpath, name)
-                rel = os.path.relpath(full, top).replace(os.sep, "/")
-                yield full, rel, full.is_symlink()
-
-    def _link_target(self, link: Path) -> str:
-        real = Path(os.path.realpath(link))
-        if not real.is_relative_to(self._ws.root):
-            return "(outside the workspace)"
-        rel = self._ws.relative(real)
-        return rel + ("/" if real.is_dir() else "" if real.exists() else " (missing)")
-
-    def _exists(self, real: Path, path: str) -> os.stat_result:
+        top = found.open_dir()
         try:
-            return real.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            raise Refused(self._texts.not_found.format(path=path)) from None
+            entries = _sorted_entries(top)
         except OSError as exc:
+            os.close(top)
             raise Refused(
-                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
+                self._texts.os_error.format(path=found.path, reason=exc.strerror or exc)
             ) from None
+        stack = [(top, found.rel, "", entries)]
+        try:
+            while stack:
+                fd, rel_dir, base_dir, pending = stack[-1]
+                entry = next(pending, None)
+                if entry is None:
+                    stack.pop()
+                    os.close(fd)
+                    continue
+                name = entry.name
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                base = f"{base_dir}/{name}" if base_dir else name
+                if entry.is_dir(follow_symlinks=False):
+                    if name in _SKIPPED_DIRS:
+                        continue
+                    try:
+                        sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    except OSError:
+                        continue
+                    try:
+                        stack.append((sub, rel, base, _sorted_entries(sub)))
+                    except OSError:
+                        os.close(sub)
+                elif entry.is_symlink():
+                    yield rel, base, "link", fd, name
+                elif entry.is_file(follow_symlinks=False):
+                    yield rel, base, "file", fd, name
+                else:
+                    yield rel, base, "other", fd, name
+        finally:
+            for fd, *_ in stack:
+                os.close(fd)
 
-    def _regular_file(self, real: Path, path: str) -> os.stat_result:
-        st = self._exists(real, path)
+    def _link_target(self, rel: str) -> str:
+        try:
+            with self._ws.locate(rel) as target:
+                if target.st is None:
+                    return f"{target.rel} (missing)"
+                return target.rel + ("/" if stat.S_ISDIR(target.st.st_mode) else "")
+        except Refused as refused:
+            return "(outside the workspace)" if refused.escape else "(unreadable)"
+
+    def _exists(self, found: Located) -> os.stat_result:
+        if found.st is None:
+            raise Refused(self._texts.not_found.format(path=found.path))
+        return found.st
+
+    def _regular_file(self, found: Located) -> os.stat_result:
+        st = self._exists(found)
         if stat.S_ISDIR(st.st_mode):
-            raise Refused(self._texts.is_directory.format(path=path))
+            raise Refused(self._texts.is_directory.format(path=found.path))
         if not stat.S_ISREG(st.st_mode):
-            raise Refused(self._texts.not_regular.format(path=path))
+            raise Refused(self._texts.not_regular.format(path=found.path))
         return st
-
-    def _writable_target(self, real: Path, path: str) -> bool:
-        """Whether ``real`` exists (as a regular file); refuse a directory or special file."""
-        try:
-            st = real.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        except OSError as exc:
-            raise Refused(
-                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
-            ) from None
-        if stat.S_ISDIR(st.st_mode):
-            raise Refused(self._texts.is_directory.format(path=path))
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused(self._texts.not_regular.format(path=path))
-        return True
-
-    def _open(self, real: Path, path: str) -> BinaryIO:
-        try:
-            return open(real, "rb")
-        except OSError as exc:
-            raise Refused(
-                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
-            ) from None
-
-    def _write(self, real: Path, data: bytes, path: str) -> None:
-        try:
-            f = open(real, "wb")  # noqa: SIM115 - only opening may be refused
-        except OSError as exc:  # nothing was touched yet (e.g. permission denied)
-            raise Refused(
-                self._texts.os_error.format(path=path, reason=exc.strerror or exc)
-            ) from None
-        with f:  # a failure from here on may leave the file half-written: it propagates
-            f.write(data)
 
     def _encode(self, text: str, path: str) -> bytes:
         try:
             return text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise Refused(self._texts.bad_unicode.format(path=path, reason=exc.reason)) from None
+
+
+def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
+    """The entries of the directory ``fd``, in the order their paths sort in (a directory's
+    name sorts as if followed by "/")."""
+    with os.scandir(fd) as it:
+        entries = list(it)
+    entries.sort(key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
+    return iter(entries)
 
 
 def _lines(f: BinaryIO) -> Iterator[tuple[int, str]]:

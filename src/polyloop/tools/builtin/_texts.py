@@ -130,6 +130,16 @@ class BuiltinTexts:
         "workspace; nothing was done. Only files inside the workspace can be used."
     )
     """Placeholders: ``path``."""
+    path_links: str = (
+        "Error: the path {path!r} goes through too many symbolic links (more than 40: a "
+        "loop?); nothing was done."
+    )
+    """Placeholders: ``path``."""
+    path_changed: str = (
+        "Error: {path!r} was replaced while it was being used (something is renaming files "
+        "in the workspace); nothing was done. Try again."
+    )
+    """Placeholders: ``path``."""
     not_writable: str = (
         "Error: writing to {path!r} is not allowed; nothing was done. Only these paths may be "
         "written: {paths}. Keep your changes inside them."

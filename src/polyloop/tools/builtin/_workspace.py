@@ -93,7 +93,8 @@ def workspace_tools(
             (or ``writable_paths`` is a single string); ``shell_timeout_s`` or
             ``max_output_chars`` is not positive (the latter must be at least 100); a tool name
             is already taken in ``registry`` (nothing is registered then); ``shell=True`` on a
-            system without process groups.
+            system without process groups; a system without ``O_NOFOLLOW`` and ``dir_fd``
+            (the file tools could not confine paths).
     """
     if isinstance(shell_timeout_s, bool) or not (
         isinstance(shell_timeout_s, int | float)
