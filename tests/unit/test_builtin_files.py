@@ -186,9 +186,9 @@ async def test_non_utf8_file_is_described_with_the_bad_byte(
     # a multi-byte character cut at the very end of the file
     (root / "cut.txt").write_bytes(b"ok " + "é".encode()[:1])
     refused(await call(env, "read_file", path="cut.txt"), "byte offset 3")
-    # a bad byte far beyond the first chunk
-    (root / "late.txt").write_bytes(b"a" * 200_000 + b"\xff")
-    refused(await call(env, "read_file", path="late.txt"), "byte offset 200000")
+    # a bad byte far beyond the first chunk, in the lines asked for
+    (root / "late.txt").write_bytes(b"a\n" * 100_000 + b"\xff\n")
+    refused(await call(env, "read_file", path="late.txt", offset=100_000), "byte offset 200000")
 
 
 async def test_an_enormous_file_is_cut_on_a_line_boundary_and_counted(
@@ -216,7 +216,8 @@ async def test_an_enormous_file_is_cut_on_a_line_boundary_and_counted(
 async def test_an_enormous_line_is_cut_inside_and_counted(root: Path, env: ToolEnvironment) -> None:
     (root / "min.js").write_text("é" * 1_000_000 + "\nsecond\n")
     outcome = await call(env, "read_file", path="min.js")
-    assert outcome.truncated_chars == 1_000_001 + 7 - 20_000
+    # the rest was never read, so it is counted in bytes: 2 for each "é"
+    assert outcome.truncated_chars == 2_000_000 + 1 + 7 - 2 * 20_000
     assert outcome.observation == "é" * 20_000 + (
         f"\n[... {outcome.truncated_chars} more characters not shown. The line at offset=0 is "
         "longer than 20000 characters and was cut; use grep to find text in it. To read on, "
@@ -501,3 +502,82 @@ async def test_a_run_records_the_tools_outcomes_in_its_steps(root: Path) -> None
     assert write.action_status == "executed"
     assert result.actions_executed == 2
     assert (root / "out.txt").read_text() == "done\n"
+
+
+# --- large files ------------------------------------------------------------------------------
+
+
+def head_of(path: Path, size: int) -> bytes:
+    with path.open("rb") as f:
+        return f.read(size)
+
+
+def sparse_text(path: Path, head: bytes, size: int) -> None:
+    """A file of ``size`` bytes that starts with ``head``; the rest is a hole (NUL bytes past
+    the first 8 KiB, which is what decides whether a file is binary)."""
+    assert len(head) > 8192
+    path.write_bytes(head)
+    os.truncate(path, size)
+
+
+async def test_read_file_stops_reading_where_its_output_is_full(
+    root: Path, env: ToolEnvironment
+) -> None:
+    lines = [f"line {i:07d}\n" for i in range(3000)]  # 39,000 characters, over the cap
+    head = "".join(lines).encode() + b"\xff"  # not UTF-8, after what is shown
+    sparse_text(root / "huge.log", head, 400 << 20)
+    outcome = await call(env, "read_file", path="huge.log")
+    shown = "".join(lines[: 20_000 // 13])
+    # the bad byte was never read; what was not read is counted from the size, in bytes
+    assert outcome.truncated_chars == (400 << 20) - len(shown)
+    assert outcome.observation == shown + (
+        f"[... {outcome.truncated_chars} more characters not shown. To read on, call "
+        f"read_file with offset={20_000 // 13}.]"
+    )
+    # the lines asked for are read (and checked) wherever they are
+    refused(
+        await call(env, "read_file", path="huge.log", offset=3000, limit=1),
+        f"byte offset {len(head) - 1}",
+    )
+
+
+async def test_edit_file_refuses_a_file_over_its_cap_and_leaves_it_alone(
+    root: Path, env: ToolEnvironment
+) -> None:
+    head = b"# big generated file\n" + b"x = 1\n" * 2000
+    sparse_text(root / "big.py", head, (10 << 20) + 1)
+    outcome = await call(env, "edit_file", path="big.py", old="# big", new="# small")
+    assert outcome == Outcome(
+        ActionStatus.not_executed,
+        "Error: 'big.py' is 10485761 bytes; edit_file changes files of up to 10 MiB. Nothing "
+        "was changed. Change a file this large with a command (e.g. sed) if you have a shell.",
+        synthetic=True,
+    )
+    assert (root / "big.py").stat().st_size == (10 << 20) + 1
+    assert head_of(root / "big.py", len(head)) == head
+    # at the cap it is edited
+    os.truncate(root / "big.py", 10 << 20)
+    outcome = await call(env, "edit_file", path="big.py", old="# big", new="# small")
+    assert outcome.status is ActionStatus.executed, outcome.observation
+    assert head_of(root / "big.py", 8) == b"# small "
+
+
+async def test_grep_skips_files_over_its_cap_and_says_which(
+    root: Path, env: ToolEnvironment
+) -> None:
+    head = b"needle in a large log\n" + b"hay\n" * 3000
+    (root / "logs").mkdir()
+    sparse_text(root / "logs" / "big.log", head, (10 << 20) + 1)
+    (root / "logs" / "small.log").write_text("needle in a small log\n")
+    outcome = await call(env, "grep", pattern="needle")
+    assert outcome == Outcome(
+        ActionStatus.executed,
+        "logs/small.log:1:needle in a small log\n"
+        "[1 file(s) larger than 10 MiB not searched: logs/big.log. Search them with a command "
+        "(e.g. grep -n) if you have a shell.]",
+    )
+    refused(
+        await call(env, "grep", pattern="needle", path="logs/big.log"),
+        "'logs/big.log' is 10485761 bytes; grep searches files of up to 10 MiB. Nothing was "
+        "searched.",
+    )

@@ -2,12 +2,14 @@
 
 Each method returns the observation (a ``str``, or an ``Outcome`` when it reports
 ``truncated_chars``) or raises :class:`Refused` before changing anything. Output is capped at
-``max_output_chars`` characters of content; ``truncated_chars`` counts, exactly, the
-characters of the full result the model did not see (notes the tools add are not counted).
+``max_output_chars`` characters of content; ``truncated_chars`` counts the characters of the
+result the model did not see (notes the tools add are not counted), exactly where the tool read
+them, and as bytes of the file where it did not (see :meth:`Files.read`).
 
 Every file is opened through :meth:`Workspace.locate` (relative to an open directory, never
 through a symlink), and directories are walked the same way, so nothing here reads or writes
-outside the root.
+outside the root. ``edit_file`` and ``grep`` handle files of up to :data:`MAX_FILE_BYTES`;
+``read_file`` streams and stops reading where its output is full.
 """
 
 from __future__ import annotations
@@ -25,13 +27,19 @@ from polyloop.types import ActionStatus, Outcome
 from ._paths import DIR_FLAGS, FILE_FLAGS, Located, Refused, Workspace, glob_regex, matches_glob
 from ._texts import BuiltinTexts
 
-__all__ = ["Files"]
+__all__ = ["MAX_FILE_BYTES", "MAX_FILE_MIB", "Files"]
 
+MAX_FILE_MIB = 10
+MAX_FILE_BYTES = MAX_FILE_MIB << 20
+"""The largest file ``edit_file`` changes (it holds the file in memory) and ``grep`` searches
+(a larger one is skipped with a note, or refused when named alone): 10 MiB."""
 _SNIFF_BYTES = 8192  # like git: a NUL in the first 8 KiB makes a file binary
 _CHUNK = 1 << 16
+_SCAN = 1 << 20
 _GREP_LINE_CHARS = 400
 _EDIT_LINES_SHOWN = 10
 _SKIPPED_DIRS = frozenset({".git"})
+_LARGE_NAMES_SHOWN = 5
 
 
 class _LineCap:
@@ -95,56 +103,67 @@ class Files:
     # --- read_file ----------------------------------------------------------------------------
 
     def read(self, path: str, offset: int, limit: int | None) -> str | Outcome:
-        """Lines ``offset`` to ``offset + limit`` of a UTF-8 file, cut at the cap."""
-        t = self._texts
+        """Lines ``offset`` to ``offset + limit`` of a UTF-8 file, cut at the cap.
+
+        Only what is shown is decoded, and reading stops where the output is full (one 64 KiB
+        piece past it at most), so a file of any size costs about ``max_output_chars`` of
+        reading. The lines before ``offset`` are skipped by scanning for line ends (not
+        decoded, so not checked for UTF-8); a bad byte after the cut is never seen. What was
+        cut is counted in bytes of the file, from the end of the shown text to the end of the
+        selection (characters for ASCII text, an upper bound otherwise): the end of the file,
+        or with a ``limit`` the end of its last line, found by the same scan.
+        """
         with self._ws.locate(path) as found:
             self._regular_file(found)
             with found.open_file() as f:
                 size = os.fstat(f.fileno()).st_size
                 if b"\x00" in f.read(_SNIFF_BYTES):
-                    raise Refused(t.binary_file.format(path=path, size=size))
+                    raise Refused(self._texts.binary_file.format(path=path, size=size))
                 f.seek(0)
-                decoder = codecs.getincrementaldecoder("utf-8")()
-                end = None if limit is None else offset + limit
-                line = 0  # index of the current line
-                partial = False  # the current line has begun but not ended
-                consumed = 0  # bytes read
-                parts: list[str] = []
-                shown = 0  # characters in parts
-                line_start = 0  # `shown` when the current line began
-                selected = 0  # characters in the selected lines
-                cut: str | None = None
-                next_offset = 0
-                long_line: int | None = None
-                while end is None or line < end:
-                    piece = f.readline(_CHUNK)
-                    pending = len(decoder.getstate()[0])
-                    try:
-                        text = decoder.decode(piece, final=not piece)
-                    except UnicodeDecodeError as exc:
-                        position = consumed - pending + exc.start
-                        raise Refused(
-                            t.not_utf8.format(path=path, size=size, position=position)
-                        ) from None
-                    if not piece:
-                        break
-                    consumed += len(piece)
-                    if line >= offset:
-                        selected += len(text)  # after a cut, only counted
-                        if cut is None and shown + len(text) <= self._max:
-                            parts.append(text)
-                            shown += len(text)
-                        elif cut is None and line_start > 0:  # stop before the line
-                            cut = "".join(parts)[:line_start]
-                            next_offset = line
-                        elif cut is None:  # the first line alone is over the cap
-                            cut = ("".join(parts) + text)[: self._max]
-                            next_offset, long_line = line + 1, line
-                    partial = not piece.endswith(b"\n")
-                    if not partial:
-                        line += 1
-                        if cut is None:
-                            line_start = shown
+                return self._read(f, path, size, offset, limit)
+
+    def _read(
+        self, f: BinaryIO, path: str, size: int, offset: int, limit: int | None
+    ) -> str | Outcome:
+        t = self._texts
+        end = None if limit is None else offset + limit
+        line, consumed, partial = _skip_lines(f, offset)  # line: index of the current line
+        start = consumed  # the byte where the selection begins
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        parts: list[str] = []
+        shown = 0  # characters in parts
+        line_start = 0  # `shown` when the current line began
+        selected = 0  # characters read of the selected lines
+        cut: str | None = None
+        next_offset = 0
+        long_line: int | None = None
+        while end is None or line < end:
+            piece = f.readline(_CHUNK)
+            pending = len(decoder.getstate()[0])
+            try:
+                text = decoder.decode(piece, final=not piece)
+            except UnicodeDecodeError as exc:
+                position = consumed - pending + exc.start
+                raise Refused(t.not_utf8.format(path=path, size=size, position=position)) from None
+            if not piece:
+                break
+            consumed += len(piece)
+            selected += len(text)
+            if shown + len(text) <= self._max:
+                parts.append(text)
+                shown += len(text)
+            elif line_start > 0:  # stop before the line that won't fit
+                cut = "".join(parts)[:line_start]
+                next_offset = line
+            else:  # the first line alone is over the cap
+                cut = ("".join(parts) + text)[: self._max]
+                next_offset, long_line = line + 1, line
+            partial = not piece.endswith(b"\n")
+            if not partial:
+                line += 1
+                line_start = shown
+            if cut is not None:
+                break  # never read what will not be shown
         if cut is None:
             if selected:
                 return "".join(parts)
@@ -152,19 +171,19 @@ class Files:
                 return t.empty_file.format(path=path)
             lines = line + (1 if partial else 0)
             raise Refused(t.past_end.format(offset=offset, path=path, lines=lines))
+        stop = max(size, consumed) if end is None else consumed + _scan_lines(f, end - line)
+        truncated = stop - (start + len(cut.encode("utf-8")))
         if long_line is None:
-            note = t.read_cut.format(cut=selected - len(cut), next_offset=next_offset)
+            note = t.read_cut.format(cut=truncated, next_offset=next_offset)
         else:
             note = t.read_cut_long_line.format(
-                cut=selected - len(cut),
+                cut=truncated,
                 line=long_line,
                 max_output_chars=self._max,
                 next_offset=next_offset,
             )
         separator = "" if cut.endswith("\n") else "\n"
-        return Outcome(
-            ActionStatus.executed, cut + separator + note, truncated_chars=selected - len(cut)
-        )
+        return Outcome(ActionStatus.executed, cut + separator + note, truncated_chars=truncated)
 
     # --- write_file and edit_file ---------------------------------------------------------------
 
@@ -181,13 +200,18 @@ class Files:
         return template.format(path=path, chars=len(content), lines=_line_count(content))
 
     def edit(self, path: str, old: str, new: str) -> str:
-        """Replace the one occurrence of ``old`` with ``new``."""
+        """Replace the one occurrence of ``old`` with ``new``, in a file of at most
+        :data:`MAX_FILE_BYTES` (a larger one is refused: it would be held in memory)."""
         t = self._texts
         with self._ws.locate(path, write=True) as found:
             self._regular_file(found)
             with found.open_file() as f:
                 size = os.fstat(f.fileno()).st_size
-                data = f.read()
+                if size <= MAX_FILE_BYTES:
+                    data = f.read(MAX_FILE_BYTES + 1)
+                    size = max(size, len(data))  # it may have grown meanwhile
+            if size > MAX_FILE_BYTES:
+                raise Refused(t.edit_too_large.format(path=path, size=size, max_mib=MAX_FILE_MIB))
             try:
                 if b"\x00" in data[:_SNIFF_BYTES]:
                     raise UnicodeError
@@ -245,7 +269,10 @@ class Files:
     # --- grep -------------------------------------------------------------------------------
 
     def grep(self, pattern: str, path: str, glob: str | None) -> str | Outcome:
-        """Lines matching ``pattern`` in the text files under ``path``, cut at the cap."""
+        """Lines matching ``pattern`` in the text files under ``path``, cut at the cap.
+
+        Files larger than :data:`MAX_FILE_BYTES` are not searched: one named by ``path`` is
+        refused, those found under a directory are skipped and named in a note."""
         t = self._texts
         try:
             regex = re.compile(pattern)
@@ -254,8 +281,14 @@ class Files:
         rx = glob_regex(glob) if glob else None
         cap = _LineCap(self._max)
         searched = binary = 0
+        large: list[str] = []
         with self._ws.locate(path) as found:
             self._exists(found)
+            st = found.st
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_size > MAX_FILE_BYTES:
+                raise Refused(
+                    t.grep_too_large.format(path=path, size=st.st_size, max_mib=MAX_FILE_MIB)
+                )
             for rel, base, kind, dir_fd, name in self._walk(found):
                 if rx is not None and glob and not matches_glob(rx, glob, base):
                     continue
@@ -263,6 +296,9 @@ class Files:
                 if f is None:
                     continue  # not a regular file, unreadable, or a link that leads out
                 with f:
+                    if os.fstat(f.fileno()).st_size > MAX_FILE_BYTES:
+                        large.append(rel)
+                        continue
                     try:
                         if b"\x00" in f.read(_SNIFF_BYTES):
                             binary += 1
@@ -274,14 +310,23 @@ class Files:
                                 self._add_match(cap, f"{rel}:{number}:", line)
                     except OSError:
                         continue  # unreadable: skipped, like a binary file
+        notes = []
+        if large:
+            listed = ", ".join(large[:_LARGE_NAMES_SHOWN])
+            listed += ", ..." if len(large) > _LARGE_NAMES_SHOWN else ""
+            notes.append(
+                t.grep_skipped_large.format(count=len(large), max_mib=MAX_FILE_MIB, names=listed)
+            )
         if not cap.lines:
-            return t.grep_none.format(pattern=pattern, path=path, files=searched, binary=binary)
+            text = t.grep_none.format(pattern=pattern, path=path, files=searched, binary=binary)
+            return _noted(text, *notes)
         if not cap.truncated:
-            return cap.text
+            return _noted(cap.text, *notes)
         if cap.omitted_lines:
             note = t.grep_cut.format(more=cap.omitted_lines, cut=cap.truncated)
-            return _outcome(f"{cap.text}\n{note}", cap.truncated)
-        return _outcome(cap.text, cap.truncated)  # only long lines were shortened
+            return _outcome(_noted(f"{cap.text}\n{note}", *notes), cap.truncated)
+        # only long lines were shortened
+        return _outcome(_noted(cap.text, *notes), cap.truncated)
 
     def _add_match(self, cap: _LineCap, prefix: str, line: str) -> None:
         marker = self._texts.grep_line_cut
@@ -397,6 +442,10 @@ class Files:
             raise Refused(self._texts.bad_unicode.format(path=path, reason=exc.reason)) from None
 
 
+def _noted(text: str, *notes: str) -> str:
+    return "\n".join((text, *notes))
+
+
 def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
     """The entries of the directory ``fd``, in the order their paths sort in (a directory's
     name sorts as if followed by "/")."""
@@ -404,6 +453,50 @@ def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:
         entries = list(it)
     entries.sort(key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
     return iter(entries)
+
+
+def _nth_newline(chunk: bytes, n: int) -> int:
+    """The index of the ``n``-th b"\\n" in ``chunk`` (which has at least ``n``)."""
+    index = -1
+    for _ in range(n):
+        index = chunk.index(b"\n", index + 1)
+    return index
+
+
+def _skip_lines(f: BinaryIO, offset: int) -> tuple[int, int, bool]:
+    """Move ``f`` (at its start) past ``offset`` lines by scanning for line ends; return
+    ``(lines skipped, bytes skipped, the file ended inside a line)``."""
+    line = consumed = 0
+    last = b""
+    while offset:
+        chunk = f.read(_SCAN)
+        if not chunk:
+            return line, consumed, not last.endswith(b"\n") and bool(last)
+        count = chunk.count(b"\n")
+        if line + count >= offset:
+            consumed += _nth_newline(chunk, offset - line) + 1
+            f.seek(consumed)
+            return offset, consumed, False
+        line += count
+        consumed += len(chunk)
+        last = chunk
+    return 0, 0, False
+
+
+def _scan_lines(f: BinaryIO, lines: int) -> int:
+    """The bytes from where ``f`` is to the end of the ``lines``-th line from there (or to
+    the end of the file), found without decoding."""
+    total = 0
+    while lines > 0:
+        chunk = f.read(_SCAN)
+        if not chunk:
+            break
+        count = chunk.count(b"\n")
+        if count >= lines:
+            return total + _nth_newline(chunk, lines) + 1
+        total += len(chunk)
+        lines -= count
+    return total
 
 
 def _lines(f: BinaryIO) -> Iterator[tuple[int, str]]:

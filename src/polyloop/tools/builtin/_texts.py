@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_BUILTIN_TEXTS", "BuiltinTexts"]
 class BuiltinTexts:
     """The model-visible wording of the workspace tools. Fields name their placeholders."""
 
-    version: str = "polyloop-builtin-1"
+    version: str = "polyloop-builtin-2"
 
     # --- tool descriptions (the docstrings the registry turns into specs) ---------------------
 
@@ -51,14 +51,15 @@ class BuiltinTexts:
         "Replace one exact piece of text in a file of the workspace. `old` must occur exactly "
         "once in the file: copy it from read_file's output character for character (including "
         "indentation and line breaks), with enough surrounding lines to make it unique. If it "
-        "occurs zero times or several times, nothing is changed.{writable}\n"
+        "occurs zero times or several times, nothing is changed. Files larger than "
+        "{max_file_mib} MiB are refused.{writable}\n"
         "\n"
         "Args:\n"
         "    path: the file's path, relative to the workspace root.\n"
         "    old: the exact text to replace; it must occur exactly once in the file.\n"
         "    new: the text to put in its place (empty to delete `old`).\n"
     )
-    """Placeholders: ``writable`` (:attr:`writable_note` or "")."""
+    """Placeholders: ``writable`` (:attr:`writable_note` or ""), ``max_file_mib``."""
     list_files_doc: str = (
         "List the files under a directory of the workspace, recursively: one path per line, "
         "relative to the workspace root, sorted. `.git` directories are skipped; symbolic "
@@ -76,8 +77,8 @@ class BuiltinTexts:
         "Search the text files under a path of the workspace for a regular expression (Python "
         "`re` syntax), line by line. Each match is printed as `path:line_number:line` (paths "
         "relative to the workspace root, sorted; lines are numbered from 1 and long lines are "
-        "shortened). Binary files and `.git` directories are skipped. Output longer than "
-        "{max_output_chars} characters is cut.\n"
+        "shortened). Binary files, files larger than {max_file_mib} MiB and `.git` directories "
+        "are skipped. Output longer than {max_output_chars} characters is cut.\n"
         "\n"
         "Args:\n"
         "    pattern: the regular expression to search each line for.\n"
@@ -86,7 +87,7 @@ class BuiltinTexts:
         '    glob: only search files matching this glob, e.g. "*.py" (the same rules as '
         "list_files' pattern).\n"
     )
-    """Placeholders: ``max_output_chars``."""
+    """Placeholders: ``max_output_chars``, ``max_file_mib``."""
     shell_doc: str = (
         "Run a command with {shell} in the workspace root directory and return its combined "
         "stdout and stderr, followed by its exit code. The command is killed, with every "
@@ -216,6 +217,12 @@ class BuiltinTexts:
         "only. Nothing was changed."
     )
     """Placeholders: ``path``, ``size``."""
+    edit_too_large: str = (
+        "Error: {path!r} is {size} bytes; edit_file changes files of up to {max_mib} MiB. "
+        "Nothing was changed. Change a file this large with a command (e.g. sed) if you have "
+        "a shell."
+    )
+    """Placeholders: ``path``, ``size`` (bytes), ``max_mib``."""
     edit_empty_old: str = (
         "Error: `old` is empty; nothing was changed. Give the exact text to replace, or use "
         "write_file to write a whole file."
@@ -270,6 +277,18 @@ class BuiltinTexts:
     """Placeholders: ``more``, ``cut``."""
     grep_line_cut: str = "…"
     """Marks a matching line shortened to fit."""
+    grep_too_large: str = (
+        "Error: {path!r} is {size} bytes; grep searches files of up to {max_mib} MiB. "
+        "Nothing was searched. Search it with a command (e.g. grep -n) if you have a shell, "
+        "or read parts of it with read_file's offset and limit."
+    )
+    """Placeholders: ``path``, ``size`` (bytes), ``max_mib``."""
+    grep_skipped_large: str = (
+        "[{count} file(s) larger than {max_mib} MiB not searched: {names}. Search them with a "
+        "command (e.g. grep -n) if you have a shell.]"
+    )
+    """Placeholders: ``count``, ``max_mib``, ``names`` (comma-separated, at most five, then
+    "...")."""
 
     # --- shell ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from polyloop.types import ActionStatus, ConfigError, Failure, Outcome
 
 from .._threads import in_thread
 from ..registry import ToolRegistry
-from ._files import Files
+from ._files import MAX_FILE_MIB, Files
 from ._paths import Refused, Workspace
 from ._policy import Approver, CommandPolicy, Verdict
 from ._shell import ShellResult, default_shell, run_shell
@@ -161,9 +161,11 @@ def workspace_tools(
 
     read_file.__doc__ = texts.read_file_doc.format(max_output_chars=max_output_chars)
     write_file.__doc__ = texts.write_file_doc.format(writable=note)
-    edit_file.__doc__ = texts.edit_file_doc.format(writable=note)
+    edit_file.__doc__ = texts.edit_file_doc.format(writable=note, max_file_mib=MAX_FILE_MIB)
     list_files.__doc__ = texts.list_files_doc.format(max_output_chars=max_output_chars)
-    grep.__doc__ = texts.grep_doc.format(max_output_chars=max_output_chars)
+    grep.__doc__ = texts.grep_doc.format(
+        max_output_chars=max_output_chars, max_file_mib=MAX_FILE_MIB
+    )
     registry.register(read_file, replay="idempotent")
     registry.register(write_file, replay="never")
     registry.register(edit_file, replay="never")
