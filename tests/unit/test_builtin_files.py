@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from polyloop import Loop, ModelReply, StopReason, ToolCall
+from polyloop.journal import SQLiteJournal
 from polyloop.testing import ScriptedModel
 from polyloop.tools import ToolEnvironment, ToolRegistry
 from polyloop.tools.builtin import TOOL_NAMES, workspace_tools
@@ -581,3 +582,53 @@ async def test_grep_skips_files_over_its_cap_and_says_which(
         "'logs/big.log' is 10485761 bytes; grep searches files of up to 10 MiB. Nothing was "
         "searched.",
     )
+
+
+# --- names that are not UTF-8 -----------------------------------------------------------------
+
+
+def write_named(root: Path, name: bytes, data: bytes) -> None:
+    """Write a file whose name (bytes, relative to ``root``) need not be UTF-8."""
+    with open(os.path.join(os.fsencode(root), name), "wb") as f:
+        f.write(data)
+
+
+async def test_names_that_are_not_utf8_are_shown_with_replacement_characters(
+    root: Path, env: ToolEnvironment
+) -> None:
+    os.mkdir(os.path.join(os.fsencode(root), b"data_\xfe"))
+    write_named(root, b"data_\xfe/report_\xff.txt", b"total: 3\n")
+    note = (
+        "[names shown with \ufffd contain bytes that are not UTF-8 (one \ufffd for each); the "
+        "file tools cannot open them by the name shown]"
+    )
+    listing = await call(env, "list_files", pattern="*.txt")
+    assert listing == Outcome(ActionStatus.executed, "data_\ufffd/report_\ufffd.txt\n" + note)
+    found = await call(env, "grep", pattern="total")
+    assert found == Outcome(
+        ActionStatus.executed, "data_\ufffd/report_\ufffd.txt:1:total: 3\n" + note
+    )
+    plain = await call(env, "list_files", path="src")
+    assert plain.observation == "src/app.py\nsrc/pkg/util.py"  # no note without such a name
+
+
+async def test_a_run_journals_a_listing_of_names_that_are_not_utf8(
+    root: Path, tmp_path: Path
+) -> None:
+    write_named(root, b"report_\xff.txt", b"total: 3\n")
+    model = ScriptedModel(
+        [
+            ModelReply(tool_calls=(ToolCall("list_files", {"pattern": "report*"}, None),)),
+            ModelReply(tool_calls=(ToolCall("grep", {"pattern": "total"}, None),)),
+            "done",
+        ]
+    )
+    async with SQLiteJournal(tmp_path / "runs.db", durability="normal") as journal:
+        loop = Loop(model, tools=workspace_tools(root, shell=False), journal=journal)
+        result = await loop.run("count")
+        assert result.stop_reason is StopReason.agent_finished
+        stored = await journal.steps(result.run_id)
+    assert [s.observation.split("\n")[0] for s in stored[:2]] == [
+        "report_\ufffd.txt",
+        "report_\ufffd.txt:1:total: 3",
+    ]

@@ -9,7 +9,9 @@ them, and as bytes of the file where it did not (see :meth:`Files.read`).
 Every file is opened through :meth:`Workspace.locate` (relative to an open directory, never
 through a symlink), and directories are walked the same way, so nothing here reads or writes
 outside the root. ``edit_file`` and ``grep`` handle files of up to :data:`MAX_FILE_BYTES`;
-``read_file`` streams and stops reading where its output is full.
+``read_file`` streams and stops reading where its output is full. Names that are not UTF-8 are
+shown with U+FFFD for each undecodable byte, with a note saying so: no lone surrogate leaves
+these tools.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _GREP_LINE_CHARS = 400
 _EDIT_LINES_SHOWN = 10
 _SKIPPED_DIRS = frozenset({".git"})
 _LARGE_NAMES_SHOWN = 5
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _LineCap:
@@ -259,12 +262,13 @@ class Files:
                 return t.list_empty_pattern.format(pattern=pattern, path=path)
             return t.list_empty.format(path=path)
         cap = _LineCap(self._max)
+        names = _Names()
         for entry in sorted(entries):
-            cap.add(entry)
+            cap.add(names.shown(entry))
         if not cap.truncated:
-            return cap.text
+            return names.noted(cap.text, t)
         note = t.list_cut.format(more=cap.omitted_lines, cut=cap.truncated)
-        return _outcome(f"{cap.text}\n{note}", cap.truncated)
+        return _outcome(names.noted(f"{cap.text}\n{note}", t), cap.truncated)
 
     # --- grep -------------------------------------------------------------------------------
 
@@ -280,6 +284,7 @@ class Files:
             raise Refused(t.bad_regex.format(pattern=pattern, reason=exc)) from None
         rx = glob_regex(glob) if glob else None
         cap = _LineCap(self._max)
+        names = _Names()
         searched = binary = 0
         large: list[str] = []
         with self._ws.locate(path) as found:
@@ -305,28 +310,29 @@ class Files:
                             continue
                         f.seek(0)
                         searched += 1
+                        prefix = names.shown(rel)
                         for number, line in _lines(f):
                             if regex.search(line):
-                                self._add_match(cap, f"{rel}:{number}:", line)
+                                self._add_match(cap, f"{prefix}:{number}:", line)
                     except OSError:
                         continue  # unreadable: skipped, like a binary file
         notes = []
         if large:
-            listed = ", ".join(large[:_LARGE_NAMES_SHOWN])
+            listed = ", ".join(names.shown(r) for r in large[:_LARGE_NAMES_SHOWN])
             listed += ", ..." if len(large) > _LARGE_NAMES_SHOWN else ""
             notes.append(
                 t.grep_skipped_large.format(count=len(large), max_mib=MAX_FILE_MIB, names=listed)
             )
         if not cap.lines:
             text = t.grep_none.format(pattern=pattern, path=path, files=searched, binary=binary)
-            return _noted(text, *notes)
+            return names.noted(text, t, *notes)
         if not cap.truncated:
-            return _noted(cap.text, *notes)
+            return names.noted(cap.text, t, *notes)
         if cap.omitted_lines:
             note = t.grep_cut.format(more=cap.omitted_lines, cut=cap.truncated)
-            return _outcome(_noted(f"{cap.text}\n{note}", *notes), cap.truncated)
+            return _outcome(names.noted(f"{cap.text}\n{note}", t, *notes), cap.truncated)
         # only long lines were shortened
-        return _outcome(_noted(cap.text, *notes), cap.truncated)
+        return _outcome(names.noted(cap.text, t, *notes), cap.truncated)
 
     def _add_match(self, cap: _LineCap, prefix: str, line: str) -> None:
         marker = self._texts.grep_line_cut
@@ -442,8 +448,26 @@ class Files:
             raise Refused(self._texts.bad_unicode.format(path=path, reason=exc.reason)) from None
 
 
-def _noted(text: str, *notes: str) -> str:
-    return "\n".join((text, *notes))
+class _Names:
+    """Shows names with U+FFFD in place of the bytes that are not UTF-8 (which ``os`` hands
+    over as lone surrogates), and remembers whether it did."""
+
+    def __init__(self) -> None:
+        self.replaced = False
+
+    def shown(self, text: str) -> str:
+        if text.isascii():  # the common case costs one check
+            return text
+        fixed = _SURROGATE.sub("\ufffd", text)
+        if fixed != text:
+            self.replaced = True
+        return fixed
+
+    def noted(self, text: str, texts: BuiltinTexts, *notes: str) -> str:
+        """``text`` with ``notes`` and, if a name was replaced, the note saying so."""
+        if self.replaced:
+            notes = (*notes, texts.names_not_utf8)
+        return "\n".join((text, *notes))
 
 
 def _sorted_entries(fd: int) -> Iterator[os.DirEntry[str]]:

@@ -289,6 +289,11 @@ class BuiltinTexts:
     )
     """Placeholders: ``count``, ``max_mib``, ``names`` (comma-separated, at most five, then
     "...")."""
+    names_not_utf8: str = (
+        "[names shown with \ufffd contain bytes that are not UTF-8 (one \ufffd for each); "
+        "the file tools cannot open them by the name shown]"
+    )
+    """Added once to a listing or search that shows such a name."""
 
     # --- shell ----------------------------------------------------------------------------
 
