@@ -65,6 +65,14 @@ def workspace_tools(
     these rules (its working directory is the root, nothing more): confine it with
     ``command_policy`` and an operating-system sandbox. POSIX only.
 
+    The file tools are confined by construction: every path is walked one component at a time
+    from an open descriptor of the root, never following a symlink (one inside the root is
+    read and followed only while its target stays inside), and writes rename a temporary file
+    over the name in the same directory. A directory or file swapped for a symlink while a
+    call runs makes the call fail, never reach outside. ``read_file`` reads only what it
+    shows; ``edit_file`` and ``grep`` handle files of up to 10 MiB. File names that are not
+    UTF-8 are shown with U+FFFD for each undecodable byte.
+
     Args:
         root: the workspace directory (it must exist); its real path is the root.
         writable_paths: paths or globs relative to the root (``"src"``, ``"docs/*.md"``,
