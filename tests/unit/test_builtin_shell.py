@@ -1,19 +1,32 @@
-"""Workspace tools: the shell (timeout, output cap, process group) and its command policy."""
+"""Workspace tools: the shell (timeout, output cap, killing what it started) and its command
+policy."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
+import signal
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import polyloop
 from polyloop.tools import ToolEnvironment, ToolRegistry
 from polyloop.tools.builtin import CommandPolicy, Rule, Verdict, workspace_tools
-from polyloop.types import Action, ActionStatus, ConfigError, Outcome, ToolContext
+from polyloop.tools.builtin._shell import run_shell
+from polyloop.types import (
+    Action,
+    ActionStatus,
+    ConfigError,
+    EnvironmentFailure,
+    Outcome,
+    ToolContext,
+)
 
 CTX = ToolContext("run-1", 0, "op-1")
 
@@ -56,6 +69,64 @@ async def gone(pid: int, within_s: float = 3.0) -> bool:
             return False
         await asyncio.sleep(0.02)
     return True
+
+
+@pytest.fixture
+def strays() -> Iterator[list[int]]:
+    """Pids a test started; those still running at the end are killed (never left behind)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:  # (the command line tells the pid was not reused meanwhile)
+            ours = any(word in Path(f"/proc/{pid}/cmdline").read_bytes() for word in OURS)
+        except OSError:
+            continue
+        if alive(pid) and ours:
+            os.kill(pid, signal.SIGKILL)
+
+
+OURS = (b"sleep", b"bash", b"_supervisor")
+
+
+def written(path: Path) -> str:
+    """The whole line a command wrote to ``path``, or "" while it is not there yet."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return ""
+    return text if text.endswith("\n") else ""
+
+
+async def pid_in(path: Path, within_s: float = 10.0) -> int:
+    """The pid a command wrote to ``path``, once it is there."""
+    deadline = time.monotonic() + within_s
+    while not written(path):
+        assert time.monotonic() < deadline, f"{path.name} was never written"
+        await asyncio.sleep(0.01)
+    return int(written(path))
+
+
+def descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid`` that runs now (Linux /proc)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        found += map(int, children)
+        todo += map(int, children)
+    return found
+
+
+# A setsid grandchild: in a new session, so outside the command's process group.
+DAEMON = "setsid sh -c 'echo $$ > daemon.pid; exec sleep 300' &"
+WAIT_FOR_DAEMON = "while [ ! -s daemon.pid ]; do sleep 0.01; done"
+needs_linux = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="only Linux finds every descendant"
+)
 
 
 # --- running a command ------------------------------------------------------------------------
@@ -102,7 +173,9 @@ async def test_output_is_decoded_leniently(root: Path) -> None:
     assert outcome.observation == "caf\ufffd é\n[exit code 0]"
 
 
-async def test_a_command_that_never_ends_is_killed_with_its_process_group(root: Path) -> None:
+async def test_a_command_that_never_ends_is_killed_with_its_process_group(
+    root: Path, strays: list[int]
+) -> None:
     env = env_for(root, shell_timeout_s=0.5)
     ticks = 0
 
@@ -119,25 +192,113 @@ async def test_a_command_that_never_ends_is_killed_with_its_process_group(root: 
     ticking.cancel()
     assert outcome.status is ActionStatus.executed
     child = int(outcome.observation.splitlines()[0])
-    assert outcome.observation == (
-        f"{child}\n[timed out after 0.5 seconds: the command and every process it started "
-        "were killed]"
+    strays.append(child)
+    assert outcome.observation == (  # bash, the sleep in the background and the one it waits on
+        f"{child}\n[timed out after 0.5 seconds; killed 3 processes: the command and every "
+        "process it started that was still running]"
     )
     assert 0.5 <= elapsed < 3
     assert ticks > 10  # the event loop was never blocked
     assert await gone(child)
 
 
-async def test_background_processes_are_killed_when_the_command_returns(root: Path) -> None:
+async def test_background_processes_are_killed_when_the_command_returns(
+    root: Path, strays: list[int]
+) -> None:
     started = time.monotonic()
     outcome = await sh(env_for(root), "sleep 300 & echo $!")
     assert time.monotonic() - started < 3
     child = int(outcome.observation.splitlines()[0])
-    assert outcome.observation.endswith("[exit code 0]")
+    strays.append(child)
+    assert outcome.observation == (
+        f"{child}\n[exit code 0]\n[killed 1 process the command left running in the background]"
+    )
     assert await gone(child)
 
 
-async def test_cancelling_the_call_kills_the_process_group(root: Path) -> None:
+@needs_linux
+async def test_a_timeout_kills_a_descendant_in_a_new_session_and_counts_it(
+    root: Path, strays: list[int]
+) -> None:
+    env = env_for(root, shell_timeout_s=2)
+    outcome = await sh(env, f"{DAEMON} {WAIT_FOR_DAEMON}; sleep 300; echo never")
+    daemon = int((root / "daemon.pid").read_text())
+    strays.append(daemon)
+    assert await gone(daemon)
+    assert outcome.observation == (  # bash, its sleep, and the daemon
+        "[no output]\n[timed out after 2 seconds; killed 3 processes: the command and every "
+        "process it started that was still running]"
+    )
+
+
+@needs_linux
+async def test_a_daemon_left_behind_is_killed_when_the_command_returns(
+    root: Path, strays: list[int]
+) -> None:
+    # The subshell exits at once, so the daemon is an orphan while the command still runs.
+    outcome = await sh(env_for(root), f"({DAEMON}); {WAIT_FOR_DAEMON}; echo started")
+    daemon = int((root / "daemon.pid").read_text())
+    strays.append(daemon)
+    assert await gone(daemon)
+    assert outcome.observation == (
+        "started\n[exit code 0]\n[killed 1 process the command left running in the background]"
+    )
+
+
+async def test_background_processes_that_ended_by_themselves_are_not_reported(
+    root: Path,
+) -> None:
+    outcome = await sh(env_for(root), "(sleep 0.01; echo late) & wait; echo done")
+    assert outcome.observation == "late\ndone\n[exit code 0]"
+
+
+CALL_THE_SHELL = """
+import asyncio, sys
+from polyloop.tools import ToolEnvironment
+from polyloop.tools.builtin import workspace_tools
+from polyloop.types import Action, ToolContext
+
+env = ToolEnvironment(workspace_tools(sys.argv[1], shell_timeout_s=600))
+action = Action("shell", "shell", {"command": sys.argv[2]})
+asyncio.run(env.execute(action, ToolContext("run-1", 0, "op-1")))
+"""
+
+
+@needs_linux
+async def test_when_polyloop_is_killed_nothing_the_command_started_keeps_running(
+    root: Path, strays: list[int]
+) -> None:
+    src = str(Path(polyloop.__file__).parents[1])
+    command = f"{DAEMON} sleep 300 & echo $! > sleep.pid; wait"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CALL_THE_SHELL,
+        str(root),
+        command,
+        env={**os.environ, "PYTHONPATH": src},
+    )
+    try:
+        strays.append(await pid_in(root / "sleep.pid"))
+        strays.append(await pid_in(root / "daemon.pid"))
+        running = descendants(process.pid)  # the supervisor, bash, its sleep and the daemon
+        strays.extend(running)
+        assert set(strays) <= set(running)
+    finally:
+        process.kill()
+        await process.wait()
+    for pid in running:
+        assert await gone(pid, within_s=10), f"{pid} still runs after PolyLoop was killed"
+
+
+async def test_a_shell_that_cannot_be_started_is_an_environment_failure(root: Path) -> None:
+    with pytest.raises(EnvironmentFailure, match="cannot start '/no/such/shell' in "):
+        await run_shell(
+            "true", program="/no/such/shell", cwd=str(root), timeout_s=5, max_chars=1000
+        )
+
+
+async def test_cancelling_the_call_kills_the_process_group(root: Path, strays: list[int]) -> None:
     env = env_for(root, shell_timeout_s=60)
     task = asyncio.create_task(sh(env, "sleep 300 & echo $! > pid; wait"))
     pid_file = root / "pid"
@@ -146,6 +307,7 @@ async def test_cancelling_the_call_kills_the_process_group(root: Path) -> None:
             break
         await asyncio.sleep(0.01)
     child = int(pid_file.read_text())
+    strays.append(child)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -335,10 +335,35 @@ class BuiltinTexts:
     shell_signal: str = "[killed by signal {signal}]"
     """Placeholders: ``signal`` (its number)."""
     shell_timeout: str = (
-        "[timed out after {timeout_s:g} seconds: the command and every process it started "
-        "were killed]"
+        "[timed out after {timeout_s:g} seconds; killed {processes}: the command and every "
+        "process it started that was still running]"
     )
-    """Placeholders: ``timeout_s``."""
+    """Placeholders: ``timeout_s``, ``processes`` (:attr:`shell_process_one` or
+    :attr:`shell_process_many`)."""
+    shell_timeout_partial: str = (
+        "[timed out after {timeout_s:g} seconds; killed {processes}; {unkillable} the command "
+        "started could not be killed (not permitted) and may still run]"
+    )
+    """The timeout when some processes changed user (e.g. through ``sudo``) and could not be
+    killed. Placeholders: ``timeout_s``, ``processes``, ``unkillable`` (like ``processes``)."""
+    shell_timeout_group: str = (
+        "[timed out after {timeout_s:g} seconds; killed the command and its process group "
+        "(processes that left the group may still run)]"
+    )
+    """The timeout on a system where the shell finds only the command's process group (not
+    Linux). Placeholders: ``timeout_s``."""
+    shell_leftovers: str = "[killed {processes} the command left running in the background]"
+    """After ``shell_exit`` or ``shell_signal``, when the command returned and left processes
+    running. Placeholders: ``processes``."""
+    shell_unkillable: str = (
+        "[{processes} the command left running could not be killed (not permitted) and may "
+        "still run]"
+    )
+    """After ``shell_leftovers`` (or the exit code), for processes that changed user (e.g.
+    through ``sudo``). Placeholders: ``processes``."""
+    shell_process_one: str = "1 process"
+    shell_process_many: str = "{count} processes"
+    """Placeholders: ``count`` (2 or more)."""
 
 
 DEFAULT_BUILTIN_TEXTS = BuiltinTexts()

@@ -279,12 +279,28 @@ class _Shell:
         body += result.tail
         if not body:
             body = t.shell_no_output
-        if result.timed_out:
-            status = t.shell_timeout.format(timeout_s=self._timeout_s)
-        elif result.returncode is not None and result.returncode < 0:
-            status = t.shell_signal.format(signal=-result.returncode)
+        count = self._processes
+        if result.timed_out and not result.whole_tree:
+            status = t.shell_timeout_group.format(timeout_s=self._timeout_s)
+        elif result.timed_out and result.unkillable:
+            status = t.shell_timeout_partial.format(
+                timeout_s=self._timeout_s,
+                processes=count(result.killed),
+                unkillable=count(result.unkillable),
+            )
+        elif result.timed_out:
+            status = t.shell_timeout.format(
+                timeout_s=self._timeout_s, processes=count(result.killed)
+            )
         else:
-            status = t.shell_exit.format(code=result.returncode)
+            if result.returncode is not None and result.returncode < 0:
+                status = t.shell_signal.format(signal=-result.returncode)
+            else:
+                status = t.shell_exit.format(code=result.returncode)
+            if result.killed:
+                status += "\n" + t.shell_leftovers.format(processes=count(result.killed))
+            if result.unkillable:
+                status += "\n" + t.shell_unkillable.format(processes=count(result.unkillable))
         text = body + ("" if body.endswith("\n") else "\n") + status
         failure = _test_failure(result)
         if result.omitted or failure is not None:
@@ -292,6 +308,10 @@ class _Shell:
                 ActionStatus.executed, text, truncated_chars=result.omitted, failure=failure
             )
         return text
+
+    def _processes(self, count: int) -> str:
+        t = self._texts
+        return t.shell_process_one if count == 1 else t.shell_process_many.format(count=count)
 
 
 def _test_failure(result: ShellResult) -> Failure | None:
