@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from polyloop.observe import DEFAULT_PATTERNS, DEFAULT_SCRUBBER, Scrubber, digest, summarize
 
@@ -535,6 +537,51 @@ def test_every_quantifier_of_the_default_patterns_is_bounded() -> None:
     assert bad == {}
 
 
+# The default scrubber tries a pattern only where a cheap search says a match may start; a
+# scrubber given the same patterns compiled gets no such search and scans the whole text, so it
+# is the reference.
+REFERENCE = Scrubber({name: re.compile(p) for name, p in DEFAULT_PATTERNS.items()})
+CASINGS = {
+    "as is": str,
+    "upper": str.upper,
+    "lower": str.lower,
+    "swapped": str.swapcase,
+    # Outside Latin-1, and two characters in lower case (but one in the folded text)
+    "dotted I": lambda t: "İ " + t,
+}
+FRAGMENTS = [
+    piece
+    for c in CASES
+    for text in (c.text, c.text.upper(), c.text.swapcase())
+    for piece in (text, text[: len(text) // 2], text[len(text) // 2 :])
+]
+
+
+def test_the_reference_scrubber_runs_the_same_patterns() -> None:
+    assert REFERENCE.names == DEFAULT_SCRUBBER.names
+
+
+@pytest.mark.parametrize("casing", CASINGS)
+def test_searching_where_matches_may_start_finds_what_a_full_scan_finds(casing: str) -> None:
+    for c in CASES:
+        text = CASINGS[casing](c.text)
+        assert DEFAULT_SCRUBBER(text) == REFERENCE(text), c.kind
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(FRAGMENTS)
+        | st.text(alphabet=" =:/+\n\"'@.-_~", max_size=3)
+        | st.text(max_size=4),
+        max_size=8,
+    )
+)
+def test_searching_where_matches_may_start_changes_no_result(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert DEFAULT_SCRUBBER(text) == REFERENCE(text)
+
+
 def test_patterns_replace_the_defaults_and_extra_adds_to_them() -> None:
     only = Scrubber({"ticket": r"\bTCK-\d{6}\b"})
     assert only.names == ("ticket",)
@@ -542,6 +589,12 @@ def test_patterns_replace_the_defaults_and_extra_adds_to_them() -> None:
     both = Scrubber(extra={"ticket": r"\bTCK-\d{6}\b"})
     assert both.names == (*DEFAULT_PATTERNS, "ticket")
     assert both("TCK-123456 by a@example.com") == "[REDACTED:ticket] by [REDACTED:email]"
+
+
+def test_a_pattern_replaced_by_name_is_scanned_in_full() -> None:
+    # The search for where an email may start belongs to the default pattern, not to the name.
+    mine = Scrubber(extra={"email": r"\buser\d+\b"})
+    assert mine("by user42 today") == "by [REDACTED:email] today"
 
 
 def test_a_bad_pattern_is_named() -> None:
