@@ -510,3 +510,61 @@ def test_ctrl_c_twice_cancels(
     assert listed.code == 0, listed
     row = runs_rows(listed.out)[run_id]
     assert row["status"] == "ended" and row["stop_reason"] == "cancelled", listed
+
+
+# --- the journal file: read-only ----------------------------------------------------
+
+
+def test_reading_commands_work_in_a_read_only_folder_and_writing_ones_say_why(
+    cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
+) -> None:
+    from tests.read_only import read_only, run_unprivileged, unprivileged_view
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    fake.script(read_call(), completion("Read it.", id="chatcmpl-2"))
+    done = cli(*run_args(fake, workspace, journal="ro/j.db"))
+    assert done.code == 0, done
+    run_id = run_id_of(done.out)
+    (tmp_path / "goals.jsonl").write_text('{"goal": "g"}\n', encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def unprivileged(*args: str) -> Done:
+        proc = run_unprivileged(cli.argv(args), cwd=cli.cwd, env=cli.env)
+        return Done(proc.returncode, proc.stdout, proc.stderr)
+
+    j = ("--journal", "ro/j.db")
+    model = ("--model", "openai:test-model", "--base-url", fake.url, "--workspace", "ws")
+    with read_only(folder):
+        reading = {
+            "runs": unprivileged("runs", *j),
+            "show": unprivileged("show", run_id, *j),
+            "stats": unprivileged("stats", *j),
+            "export": unprivileged("export", *j),
+            "report": unprivileged("report", run_id, *j, "-o", "run.html"),
+        }
+        page = unprivileged_view(cli.argv(("view", *j, "--port", "0")), cwd=cli.cwd, env=cli.env)
+        writing = {
+            "run": unprivileged(*run_args(fake, workspace, journal="ro/j.db")),
+            "resume": unprivileged("resume", run_id, *j),
+            "batch": unprivileged("batch", "goals.jsonl", *model, *j),
+            "recover": unprivileged("recover", *j),
+        }
+    for name, d in reading.items():
+        assert d.code == 0, f"{name}: {d}"
+        assert "Traceback" not in d.err, f"{name}: {d}"
+    assert run_id in runs_rows(reading["runs"].out), reading["runs"]
+    assert f"run {run_id}  ended  agent_finished" in reading["show"].out, reading["show"]
+    assert len(reading["export"].out.splitlines()) == 2, reading["export"]
+    assert (tmp_path / "run.html").is_file()
+    assert f'data-run="{run_id}"' in page
+    for name, d in writing.items():
+        try:
+            assert_one_line_error(d)
+        except AssertionError:
+            raise AssertionError(f"{name}: {d}") from None
+        assert f"cannot write the journal ro/j.db: the directory {folder} is not writable" in (
+            d.err
+        ), f"{name}: {d}"
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert len(fake.requests) == 2  # only the first run's: no writing command reached the model

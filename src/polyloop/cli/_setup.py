@@ -38,12 +38,14 @@ def journal_path(path: Path | None) -> Path:
 
 @asynccontextmanager
 async def open_journal(
-    path: Path | None, *, must_exist: bool = False
+    path: Path | None, *, must_exist: bool = False, read_only: bool = False
 ) -> AsyncIterator[OpenJournal]:
+    """The journal a command uses. ``read_only`` (the reading commands): opened read-only, so
+    it needs no write access and is never created or written (implies ``must_exist``)."""
     resolved = journal_path(path)
-    if must_exist and not resolved.exists():
+    if (must_exist or read_only) and not resolved.exists():
         raise BadInput(f"no journal at {resolved} (pass --journal PATH or set ${JOURNAL_ENV})")
-    journal = SQLiteJournal(resolved)
+    journal = SQLiteJournal(resolved, read_only=read_only)
     try:
         yield OpenJournal(journal, resolved)
     finally:

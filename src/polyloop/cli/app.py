@@ -244,7 +244,7 @@ def runs(
     """
 
     async def go() -> list[dict[str, Any]]:
-        async with open_journal(journal, must_exist=True) as j:
+        async with open_journal(journal, read_only=True) as j:
             return await j.journal.list_runs()
 
     try:
@@ -266,7 +266,7 @@ def show(
     """
 
     async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None]:
-        async with open_journal(journal, must_exist=True) as j:
+        async with open_journal(journal, read_only=True) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.path}")
@@ -292,7 +292,7 @@ def stats(journal: JournalOpt = None) -> None:
     """
 
     async def go() -> list[dict[str, Any]]:
-        async with open_journal(journal, must_exist=True) as j:
+        async with open_journal(journal, read_only=True) as j:
             return await j.journal.list_runs()
 
     _render.stats(_call(go))
@@ -320,7 +320,7 @@ def export(
         raise _fail("parquet needs an output file: -o steps.parquet")
 
     async def go() -> list[dict[str, Any]]:
-        async with open_journal(journal, must_exist=True) as j:
+        async with open_journal(journal, read_only=True) as j:
             rows = []
             for run_row in await j.journal.list_runs():
                 for step in await j.journal.steps(run_row["run_id"]):
@@ -395,7 +395,7 @@ def report(
     from .view import build_report
 
     async def go() -> str:
-        async with open_journal(journal, must_exist=True) as j:
+        async with open_journal(journal, read_only=True) as j:
             try:
                 return await build_report(j.journal, run_id, include_content=include_content)
             except RunNotFound:

@@ -8,10 +8,12 @@ import contextlib
 import functools
 import logging
 import operator
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..types import STEP_SCHEMA_VERSION, JournalError, StepRecord
@@ -197,6 +199,7 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
     """Connect, check the file is a PolyLoop journal of a readable version (creating the
     schema only in an empty database), then switch to WAL. Nothing is written to a file that
     is refused."""
+    _check_writable(path)
     try:
         conn = sqlite3.connect(
             path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -207,11 +210,7 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
         try:
             names = _schema_names(conn)
         except sqlite3.DatabaseError as exc:
-            raise JournalError(
-                f"{path} is not a SQLite database ({exc}); refusing to use it as a PolyLoop "
-                "journal (it was not modified). Pass the path of a PolyLoop journal or of a "
-                "new file."
-            ) from exc
+            raise _open_failure(path, exc) from exc
         if names:
             _check_polyloop(conn, path, names)
         mode = _switch_to_wal(conn, path, busy_timeout_s)
@@ -352,3 +351,120 @@ def _create_schema(conn: sqlite3.Connection, path: str) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+# -- failures at open, writable folders, opening read-only ------------------------------------
+
+
+def _open_failure(path: str, exc: sqlite3.DatabaseError) -> JournalError:
+    """The one-line error for a file SQLite could not even list the tables of: not openable,
+    or not SQLite at all."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(exc, sqlite3.OperationalError) and code is not None:
+        return JournalError(f"cannot open the SQLite journal {path}: {exc}")
+    return JournalError(
+        f"{path} is not a SQLite database ({exc}); refusing to use it as a PolyLoop "
+        "journal (it was not modified). Pass the path of a PolyLoop journal or of a "
+        "new file."
+    )
+
+
+_READ_ONLY_HINT = (
+    "(reading it needs no write access: SQLiteJournal(path, read_only=True), or the polyloop "
+    "commands runs, show, stats, export, view and report)"
+)
+
+
+def _check_writable(path: str) -> None:
+    """Refuse a journal SQLite could not write, in one line, before SQLite tries: an existing
+    file that is not writable, or a folder in which the file (if new) and its ``-wal`` and
+    ``-shm`` files cannot be created (WAL mode needs both, also to read). A folder that does
+    not exist is left to SQLite's own error. Two ``access`` calls: no cost worth measuring."""
+    real = os.path.realpath(path)  # SQLite keeps the -wal file next to the file a link names
+    folder = os.path.dirname(real) or "."
+    name = os.path.basename(real)
+    if not os.path.isdir(folder):
+        return
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise JournalError(
+            f"cannot write the journal {path}: the directory {folder} is not writable (SQLite "
+            f"needs to create {name}-wal and {name}-shm next to the journal); make it writable "
+            f"or move the journal {_READ_ONLY_HINT}"
+        )
+    if os.path.exists(real) and not os.access(real, os.W_OK):
+        raise JournalError(
+            f"cannot write the journal {path}: the file is not writable; make it writable "
+            f"(chmod u+w) {_READ_ONLY_HINT}"
+        )
+
+
+def _read_only_uri(path: str, *, immutable: bool) -> str:
+    uri = f"{Path(os.path.abspath(path)).as_uri()}?mode=ro"
+    return f"{uri}&immutable=1" if immutable else uri
+
+
+def _open_read_only(path: str, busy_timeout_s: float) -> tuple[sqlite3.Connection, str, bool]:
+    """A read-only connection to the PolyLoop journal at ``path`` (checked as
+    :func:`_open_writer` checks it), the URI that opens more like it, and whether it is
+    ``immutable``. Never creates or modifies a file.
+
+    ``mode=ro`` first: it sees every commit, also those of a writer working meanwhile. Reading
+    a WAL-mode file needs its ``-shm`` file; where that cannot be created (a read-only folder
+    and no writer holding the file open), the file is opened ``immutable=1``: SQLite then
+    takes no locks and assumes nobody changes the file, so what a writer commits later is not
+    seen. A ``-wal`` file holding commits is refused then (immutable would not read them).
+    """
+    if not os.path.isfile(path):
+        raise JournalError(
+            f"no journal at {path} (a journal opened read-only is never created: pass the path "
+            "of an existing journal)"
+        )
+    immutable = False
+    while True:
+        uri = _read_only_uri(path, immutable=immutable)
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open the SQLite journal {path}: {exc}") from exc
+        try:
+            try:
+                conn.execute("PRAGMA query_only = ON")
+                names = _schema_names(conn)
+            except sqlite3.OperationalError as exc:
+                code = (exc.sqlite_errorcode or 0) & 0xFF
+                if immutable or code not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+                    raise _open_failure(path, exc) from exc
+                conn.close()
+                _refuse_unread_wal(path)
+                immutable = True
+                continue
+            except sqlite3.DatabaseError as exc:
+                raise _open_failure(path, exc) from exc
+            if not names:
+                raise JournalError(
+                    f"{path} is an empty database, not a PolyLoop journal yet (a journal opened "
+                    "read-only creates nothing; open it writable to create one)"
+                )
+            try:
+                _check_polyloop(conn, path, names)
+            except sqlite3.DatabaseError as exc:
+                raise _open_failure(path, exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn, uri, immutable
+
+
+def _refuse_unread_wal(path: str) -> None:
+    try:
+        pending = os.path.getsize(f"{path}-wal")
+    except OSError:
+        return
+    if pending:
+        raise JournalError(
+            f"cannot read the journal {path}: {path}-wal holds commits not yet in the file, and "
+            f"SQLite cannot read them without a {path}-shm file it can create or write; make the "
+            "directory writable, or copy the journal with its -wal file to a writable place"
+        )

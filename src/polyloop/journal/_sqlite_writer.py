@@ -303,18 +303,58 @@ class _Writer:
                 loop.call_soon_threadsafe(_settle, mine)
 
 
+class _ReadOnlyWriter:
+    """The writer of a read-only journal: it refuses every write (and starts no thread)."""
+
+    commits = 0
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def submit(self, job: _Job, *, wake: bool = True) -> None:
+        raise JournalError(
+            f"the SQLite journal {self._path} was opened read-only (read_only=True): it is "
+            f"never written to; open it without read_only to write run {job.run_id!r}"
+        )
+
+    def wake(self) -> None:
+        pass
+
+    def stop(self, timeout: float | None = None) -> None:
+        pass
+
+
 # -- read connections -------------------------------------------------------------------------
 
 
 class _Readers:
-    """A pool of read-only connections, each used by one worker thread at a time."""
+    """A pool of read-only connections, each used by one worker thread at a time.
 
-    def __init__(self, path: str, busy_timeout_s: float) -> None:
+    ``connect`` opens one more (default: the file itself, as ``path``); ``idle``: connections
+    already open."""
+
+    def __init__(
+        self,
+        path: str,
+        busy_timeout_s: float,
+        *,
+        connect: Callable[[], sqlite3.Connection] | None = None,
+        idle: list[sqlite3.Connection] | None = None,
+    ) -> None:
         self._path = path
         self._timeout = busy_timeout_s
-        self._idle: list[sqlite3.Connection] = []
+        self._connect = connect if connect is not None else self._connect_file
+        self._idle: list[sqlite3.Connection] = idle if idle is not None else []
         self._lock = threading.Lock()
         self._closed = False
+
+    def _connect_file(self) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self._path,
+            timeout=self._timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
 
     def run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         """Call ``fn`` with an idle connection inside one read transaction (one snapshot)."""
@@ -324,12 +364,7 @@ class _Readers:
             conn = self._idle.pop() if self._idle else None
         try:
             if conn is None:
-                conn = sqlite3.connect(
-                    self._path,
-                    timeout=self._timeout,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
+                conn = self._connect()
                 conn.execute("PRAGMA query_only = ON")
             conn.execute("BEGIN")
             try:
@@ -354,7 +389,7 @@ class _Readers:
             conn.close()
 
 
-def _shutdown(writer: _Writer, readers: _Readers) -> None:
+def _shutdown(writer: _Writer | _ReadOnlyWriter, readers: _Readers) -> None:
     writer.stop(timeout=30.0)
     readers.close()
 

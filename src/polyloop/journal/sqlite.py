@@ -104,6 +104,7 @@ from ._sqlite_schema import (
     _UPSERT_CALL,
     JOURNAL_SCHEMA_VERSION,
     _check_journal_version,
+    _open_read_only,
     _open_writer,
     _step_from_row,
     _step_row,
@@ -112,6 +113,7 @@ from ._sqlite_writer import (
     _Fn,
     _Job,
     _Readers,
+    _ReadOnlyWriter,
     _Seqs,
     _shutdown,
     _wait_answer,
@@ -325,6 +327,20 @@ class SQLiteJournal:
             (each append still succeeds or fails alone, and returns only after the commit that
             holds it). ``False`` commits every write alone (for benchmarks).
         clock: epoch seconds for lease expiry and ``written_at`` (injectable for tests).
+        read_only: open the journal only to read it (``list_runs``, ``steps``, ``read``): no
+            writer thread, a ``mode=ro`` connection, nothing ever created or written (a
+            missing file raises ``JournalError``), and every write (``create``, ``acquire``,
+            ``append``, ``renew``, ``release``) raises ``JournalError``. It needs no write
+            access to the file, and none to its folder while a writer holds the file open (or
+            its ``-shm`` file exists). In a read-only folder where SQLite cannot create the
+            ``-shm`` file, the file is opened ``immutable=1`` (:attr:`immutable` is then True):
+            SQLite assumes nobody changes it, so commits a writer makes later are not seen
+            (and a ``-wal`` file still holding commits is refused: immutable would not read
+            them).
+
+    A writable journal needs write access to the file and to its folder (SQLite creates the
+    ``-wal`` and ``-shm`` files next to it); without them it is refused at open with
+    ``JournalError`` saying which is not writable.
 
     Opening reads the file synchronously (construct it before the hot path); after that no
     method blocks the event loop: writes go to the writer thread, reads to worker threads.
@@ -333,7 +349,8 @@ class SQLiteJournal:
 
     Raises:
         ConfigError: a bad ``durability``, ``busy_timeout_s`` or an in-memory path.
-        JournalError: the file cannot be opened as a PolyLoop journal (see ``path``).
+        JournalError: the file cannot be opened as a PolyLoop journal (see ``path``), or is
+            not writable (and ``read_only`` is False).
     """
 
     def __init__(
@@ -344,6 +361,7 @@ class SQLiteJournal:
         busy_timeout_s: float = 30.0,
         group_commit: bool = True,
         clock: Callable[[], float] = time.time,
+        read_only: bool = False,
     ) -> None:
         if durability not in ("full", "normal"):
             raise ConfigError(f"durability must be 'full' or 'normal', got {durability!r}")
@@ -357,14 +375,26 @@ class SQLiteJournal:
             )
         self.path = spath
         self.durability: Durability = durability
+        self.read_only = read_only
         self._clock = clock
-        conn = _open_writer(spath, durability, busy_timeout_s)
-        self._writer = _Writer(conn, spath, group_commit=group_commit)
+        self._writer: _Writer | _ReadOnlyWriter
+        immutable = False
+        if read_only:
+            self._writer = _ReadOnlyWriter(spath)
+            self._readers, immutable = _read_only_pool(spath, busy_timeout_s)
+        else:
+            conn = _open_writer(spath, durability, busy_timeout_s)
+            self._writer = _Writer(conn, spath, group_commit=group_commit)
+            self._readers = _Readers(spath, busy_timeout_s)
+        self.immutable = immutable
+        """True when a read-only journal had to open the file ``immutable=1`` (see
+        ``read_only``): later commits by a writer are not seen."""
         self._waking: set[asyncio.AbstractEventLoop] = set()
-        self._readers = _Readers(spath, busy_timeout_s)
         self._finalizer = weakref.finalize(self, _shutdown, self._writer, self._readers)
 
     def __repr__(self) -> str:
+        if self.read_only:
+            return f"SQLiteJournal({self.path!r}, read_only=True)"
         return f"SQLiteJournal({self.path!r}, durability={self.durability!r})"
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -547,6 +577,19 @@ class SQLiteJournal:
         await _wait_answer(job)
         if not job.ok:
             log.warning("run %s: could not release its lease", lease.run_id, exc_info=job.value)
+
+
+def _read_only_pool(path: str, busy_timeout_s: float) -> tuple[_Readers, bool]:
+    """The read connections of a read-only journal (the first one opened, and the file
+    checked, now; the others like it on demand), and whether they are ``immutable``."""
+    conn, uri, immutable = _open_read_only(path, busy_timeout_s)
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(
+            uri, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+
+    return _Readers(path, busy_timeout_s, connect=connect, idle=[conn]), immutable
 
 
 def _release_fn(lease: Lease) -> _Fn:

@@ -269,7 +269,8 @@ def make_app(
 ) -> ViewerApp:
     """The viewer over ``journal``: a SQLite journal file's path, or a journal object with
     the read API (``list_runs(run_id=...)``, ``steps``, ``read``). Test it without a network
-    by calling it as a WSGI application; close it with ``app.close()``.
+    by calling it as a WSGI application; close it with ``app.close()``. A path is opened
+    read-only (``SQLiteJournal(path, read_only=True)``): the viewer never writes a journal.
 
     Raises:
         FileNotFoundError: no file at the path (the viewer never creates a journal).
@@ -281,7 +282,9 @@ def make_app(
             raise FileNotFoundError(f"no journal at {path}")
         from polyloop.journal import SQLiteJournal
 
-        return ViewerApp(SQLiteJournal(path), allowed_hosts=allowed_hosts, owns_journal=True)
+        return ViewerApp(
+            SQLiteJournal(path, read_only=True), allowed_hosts=allowed_hosts, owns_journal=True
+        )
     return ViewerApp(journal, allowed_hosts=allowed_hosts)
 
 
