@@ -109,7 +109,7 @@ def test_a_journal_in_a_read_only_folder_is_read_and_never_written(tmp_path: Pat
         f"cannot write the journal {path}: the directory {folder} is not writable (SQLite "
         "needs to create j.db-wal and j.db-shm next to the journal); make it writable or move "
         "the journal (reading it needs no write access: SQLiteJournal(path, read_only=True), "
-        "or the polyloop commands runs, show, stats, export, view and report)"
+        "or the polyloop commands runs, show, stats, export, view, report and check)"
     )
     assert out["immutable"] is True  # no -shm file could be made: read as it is
     assert out["runs"] == ["r0", "r1"]
@@ -126,8 +126,8 @@ def test_a_read_only_file_in_a_writable_folder_is_read_with_mode_ro(tmp_path: Pa
         assert out["writable"] == (
             f"cannot write the journal {path}: the file is not writable; make it writable "
             "(chmod u+w) (reading it needs no write access: SQLiteJournal(path, "
-            "read_only=True), or the polyloop commands runs, show, stats, export, view and "
-            "report)"
+            "read_only=True), or the polyloop commands runs, show, stats, export, view, report "
+            "and check)"
         )
     assert out["immutable"] is False  # the -shm file could be made: every commit is seen
     assert out["runs"] == ["r0", "r1"]

@@ -512,7 +512,38 @@ def test_ctrl_c_twice_cancels(
     assert row["status"] == "ended" and row["stop_reason"] == "cancelled", listed
 
 
-# --- the journal file: read-only ----------------------------------------------------
+# --- the journal file: damaged, read-only ----------------------------------------------------
+
+
+def test_check_tells_a_sound_journal_from_a_damaged_one(cli: CLI, tmp_path: Path) -> None:
+    from tests.durability.test_sqlite_damage import overwrite_page, table_leaves, write_runs
+
+    asyncio.run(write_runs(tmp_path / "j.db", 40))
+    sound = cli("check", "--journal", "j.db")
+    assert (sound.code, sound.out, sound.err) == (
+        0,
+        "j.db: sound (integrity_check ok, 40 runs)\n",
+        "",
+    )
+
+    leaves = table_leaves(tmp_path / "j.db", "steps")
+    overwrite_page(tmp_path / "j.db", leaves[len(leaves) // 2])
+    before = (tmp_path / "j.db").read_bytes()
+    damaged, missing, postgres = cli.many(
+        ("check", "--journal", "j.db"),
+        ("check", "--journal", "nope.db"),
+        ("check", "--journal", "postgresql://127.0.0.1:1/db"),
+    )
+    assert damaged.code == 8, damaged
+    assert damaged.err == "" and len(damaged.out.splitlines()) == 1, damaged
+    assert damaged.out.startswith("j.db: DAMAGED: "), damaged
+    assert "`sqlite3 j.db .recover | sqlite3 recovered.db`" in damaged.out, damaged
+    assert (tmp_path / "j.db").read_bytes() == before  # checked read-only
+    assert_one_line_error(missing)
+    assert "no journal at nope.db" in missing.err, missing
+    assert not (tmp_path / "nope.db").exists()
+    assert_one_line_error(postgres)
+    assert "SQLite journal files" in postgres.err, postgres
 
 
 def test_reading_commands_work_in_a_read_only_folder_and_writing_ones_say_why(
@@ -542,6 +573,7 @@ def test_reading_commands_work_in_a_read_only_folder_and_writing_ones_say_why(
             "stats": unprivileged("stats", *j),
             "export": unprivileged("export", *j),
             "report": unprivileged("report", run_id, *j, "-o", "run.html"),
+            "check": unprivileged("check", *j),
         }
         page = unprivileged_view(cli.argv(("view", *j, "--port", "0")), cwd=cli.cwd, env=cli.env)
         writing = {
@@ -558,6 +590,7 @@ def test_reading_commands_work_in_a_read_only_folder_and_writing_ones_say_why(
     assert len(reading["export"].out.splitlines()) == 2, reading["export"]
     assert (tmp_path / "run.html").is_file()
     assert f'data-run="{run_id}"' in page
+    assert reading["check"].out.startswith("ro/j.db: sound (integrity_check ok, 1 runs"), reading
     for name, d in writing.items():
         try:
             assert_one_line_error(d)

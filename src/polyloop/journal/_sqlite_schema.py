@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..types import STEP_SCHEMA_VERSION, JournalError, StepRecord
+from ._sqlite_damage import _damaged_error, _is_damage
 
 if TYPE_CHECKING:
     from .sqlite import Durability
@@ -286,6 +287,8 @@ def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> Non
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.Error as exc:
+        if _is_damage(exc):
+            raise _damaged_error(path, exc) from exc
         raise JournalError(
             f"{path} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch it "
             "(it was not modified)"
@@ -357,9 +360,11 @@ def _create_schema(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _open_failure(path: str, exc: sqlite3.DatabaseError) -> JournalError:
-    """The one-line error for a file SQLite could not even list the tables of: not openable,
-    or not SQLite at all."""
+    """The one-line error for a file SQLite could not even list the tables of: damaged (a
+    PolyLoop journal's or any file's structure), not SQLite at all, or not openable."""
     code = getattr(exc, "sqlite_errorcode", None)
+    if _is_damage(exc) and code != sqlite3.SQLITE_NOTADB:
+        return _damaged_error(path, exc)
     if isinstance(exc, sqlite3.OperationalError) and code is not None:
         return JournalError(f"cannot open the SQLite journal {path}: {exc}")
     return JournalError(
@@ -371,7 +376,7 @@ def _open_failure(path: str, exc: sqlite3.DatabaseError) -> JournalError:
 
 _READ_ONLY_HINT = (
     "(reading it needs no write access: SQLiteJournal(path, read_only=True), or the polyloop "
-    "commands runs, show, stats, export, view and report)"
+    "commands runs, show, stats, export, view, report and check)"
 )
 
 

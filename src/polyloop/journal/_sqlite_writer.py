@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..types import JournalError
+from ._sqlite_damage import _Health, _is_damage
 
 log = logging.getLogger("polyloop")
 
@@ -100,9 +101,21 @@ class _Writer:
     """The thread that owns the write connection. Jobs are batched into one ``BEGIN
     IMMEDIATE`` transaction, each inside its own savepoint; futures are resolved only after
     ``COMMIT`` returned. Holds no reference to the :class:`SQLiteJournal` (so it can be
-    garbage collected)."""
+    garbage collected).
 
-    def __init__(self, conn: sqlite3.Connection, path: str, *, group_commit: bool) -> None:
+    Once ``health`` says the file is damaged (found by this writer or by a reader), every job
+    fails with the damage error: those queued, those of the batch that met it (rolled back,
+    never retried), and every later ``submit``."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: str,
+        *,
+        group_commit: bool,
+        health: _Health,
+    ) -> None:
+        self._health = health
         self._conn = conn
         self._cur = conn.cursor()  # one cursor for every statement: cheaper than conn.execute
         self._path = path
@@ -126,6 +139,8 @@ class _Writer:
         with self._lock:
             if self._closed:
                 raise JournalError(f"the SQLite journal {self._path} is closed")
+            if self._health.cause is not None:
+                raise self._damaged()
             self._jobs.append(job)
         if wake:
             self._wake.put(True)
@@ -164,7 +179,11 @@ class _Writer:
             self._conn.close()
 
     def _run_guarded(self, jobs: list[_Job]) -> None:
-        """:meth:`_run_batch`; a bug in it fails the batch's jobs instead of stranding them."""
+        """:meth:`_run_batch`; a bug in it fails the batch's jobs instead of stranding them.
+        On a damaged file every job fails with the damage error, nothing is begun."""
+        if self._health.cause is not None:
+            self._abort(jobs, self._damaged)
+            return
         try:
             self._run_batch(jobs)
         except BaseException as exc:
@@ -188,7 +207,12 @@ class _Writer:
                 with contextlib.suppress(sqlite3.Error):
                     cur.execute("ROLLBACK")
             err = exc
-            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "starting a write transaction"))
+            if self._health.note(exc) is not None:
+                self._abort(jobs, self._damaged)
+            else:
+                self._abort(
+                    jobs, lambda: _wrap_sqlite(err, self._path, "starting a write transaction")
+                )
             return False
         if version != self._data_version:
             self._seqs.clear()
@@ -210,6 +234,10 @@ class _Writer:
                 value = job.fn(conn, seqs)
             except Exception as exc:
                 self._rollback()
+                if self._health.note(exc) is not None:  # never retried into a damaged file
+                    self._seqs.clear()
+                    self._abort(jobs, self._damaged)
+                    return
                 if len(jobs) > 1:
                     self._run_batch_isolated(jobs)
                     return
@@ -236,6 +264,8 @@ class _Writer:
                 try:
                     value = job.fn(conn, seqs)
                 except Exception as exc:
+                    if _is_damage(exc):
+                        raise  # the whole batch fails with it, below
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
                     if job.run_id is not None:
@@ -247,8 +277,7 @@ class _Writer:
                     done.append((job, True, value))
         except sqlite3.Error as exc:  # a savepoint statement failed: nothing lands
             self._rollback()
-            err = exc
-            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "a write transaction"))
+            self._fail_transaction(jobs, exc)
             return
         self._commit(jobs, batch, done)
 
@@ -258,6 +287,10 @@ class _Writer:
         batch: dict[str, tuple[str, int] | None],
         done: list[tuple[_Job, bool, Any]],
     ) -> None:
+        if self._health.cause is not None:  # a reader found the damage meanwhile
+            self._rollback()
+            self._abort(jobs, self._damaged)
+            return
         try:
             self._cur.execute("COMMIT")
         except sqlite3.Error as exc:  # the transaction as a whole failed: nothing landed
@@ -265,8 +298,7 @@ class _Writer:
             for job in jobs:
                 if job.run_id is not None:
                     self._seqs.pop(job.run_id, None)
-            err = exc
-            self._abort(jobs, lambda: _wrap_sqlite(err, self._path, "a write transaction"))
+            self._fail_transaction(jobs, exc)
             return
         self.commits += 1
         for run_id, value in batch.items():
@@ -288,6 +320,17 @@ class _Writer:
             return _wrap_sqlite(exc, self._path, f"writing run {job.run_id!r}")
         return exc
 
+    def _fail_transaction(self, jobs: list[_Job], exc: sqlite3.Error) -> None:
+        """Fail every job of a transaction that failed as a whole (it was rolled back)."""
+        if self._health.note(exc) is not None:
+            self._seqs.clear()
+            self._abort(jobs, self._damaged)
+            return
+        self._abort(jobs, lambda: _wrap_sqlite(exc, self._path, "a write transaction"))
+
+    def _damaged(self) -> Exception:
+        return self._health.error()
+
     def _abort(self, jobs: list[_Job], error: Callable[[], Exception]) -> None:
         """Fail every job, each with its own exception instance."""
         self._resolve([(job, False, error()) for job in jobs])
@@ -308,10 +351,13 @@ class _ReadOnlyWriter:
 
     commits = 0
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, health: _Health) -> None:
         self._path = path
+        self._health = health
 
     def submit(self, job: _Job, *, wake: bool = True) -> None:
+        if self._health.cause is not None:
+            raise self._health.error()
         raise JournalError(
             f"the SQLite journal {self._path} was opened read-only (read_only=True): it is "
             f"never written to; open it without read_only to write run {job.run_id!r}"
@@ -331,18 +377,21 @@ class _Readers:
     """A pool of read-only connections, each used by one worker thread at a time.
 
     ``connect`` opens one more (default: the file itself, as ``path``); ``idle``: connections
-    already open."""
+    already open. A read that SQLite finds damaged marks ``health`` damaged, and from then on
+    every read raises the damage error."""
 
     def __init__(
         self,
         path: str,
         busy_timeout_s: float,
+        health: _Health,
         *,
         connect: Callable[[], sqlite3.Connection] | None = None,
         idle: list[sqlite3.Connection] | None = None,
     ) -> None:
         self._path = path
         self._timeout = busy_timeout_s
+        self._health = health
         self._connect = connect if connect is not None else self._connect_file
         self._idle: list[sqlite3.Connection] = idle if idle is not None else []
         self._lock = threading.Lock()
@@ -363,6 +412,8 @@ class _Readers:
                 raise JournalError(f"the SQLite journal {self._path} is closed")
             conn = self._idle.pop() if self._idle else None
         try:
+            if self._health.cause is not None:
+                raise self._health.error()
             if conn is None:
                 conn = self._connect()
                 conn.execute("PRAGMA query_only = ON")
@@ -372,6 +423,9 @@ class _Readers:
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            damaged = self._health.note(exc)
+            if damaged is not None:
+                raise damaged from exc
             raise _wrap_sqlite(exc, self._path, "reading") from exc
         finally:
             if conn is not None:
