@@ -56,6 +56,7 @@ def test_all_is_pinned() -> None:
             "Failure",
             "JournalError",
             "LeaseLost",
+            "MalformedValue",
             "OutcomeUnknown",
             "PendingAction",
             "PolyLoopError",

@@ -364,13 +364,22 @@ def cyclic() -> dict[str, Any]:
     return d
 
 
+def forced(value: Any, **fields: Any) -> Any:
+    """``value`` with ``fields`` set past its construction checks: what the encoders meet if
+    a value is changed after it was built."""
+    for name, v in fields.items():
+        object.__setattr__(value, name, v)
+    return value
+
+
 def with_call_args(arguments: Any) -> ModelResult:
-    reply = ModelReply(tool_calls=(ToolCall("t", arguments, "call_0"),))
+    reply = ModelReply(tool_calls=(forced(ToolCall("t", {}, "call_0"), arguments=arguments),))
     return ModelResult(0, "i", 1, "c", reply, 1.0)
 
 
 def with_action_args(arguments: Any, policy: Any = ReplayPolicy.never) -> ActionIntent:
-    return ActionIntent(0, "op", Action("t()", "t", arguments), None, policy, True)
+    action = forced(Action("t()", "t", {}), arguments=arguments)
+    return ActionIntent(0, "op", action, None, policy, True)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@
     ├── LeaseLost                 this execution lost the lease while advancing the run
     ├── RunDetached               the run was detached (paused) and stays resumable
     ├── JournalError              the journal is damaged, foreign, or of an unknown version
+    ├── MalformedValue (TypeError, ValueError)
+    │                             a value type built with a field that breaks its contract
     ├── ModelCallError            one model call failed (retryable or not); raised by models
     ├── EnvironmentFailure        the environment itself is broken -> ``env_error``
     └── OutcomeUnknown            reconcile cannot tell whether an action happened
@@ -22,6 +24,7 @@ __all__ = [
     "EnvironmentFailure",
     "JournalError",
     "LeaseLost",
+    "MalformedValue",
     "ModelCallError",
     "OutcomeUnknown",
     "PolyLoopError",
@@ -107,6 +110,19 @@ class JournalError(PolyLoopError):
     """The journal cannot be read safely: damaged, out of order, foreign, or an unknown version.
 
     PolyLoop never modifies data it raised this about.
+    """
+
+
+class MalformedValue(PolyLoopError, TypeError, ValueError):
+    """A value type that crosses a seam (``Outcome``, ``Action``, ``ModelReply``, ...) was
+    built with a field that breaks its contract: the message names the type, the field, what
+    it must be and what it got. Raised at construction.
+
+    The kernel tells an environment that breaks the ``Outcome`` contract by this error (raised
+    while its ``execute`` or ``reconcile`` built the Outcome) or by a returned value that is not
+    an ``Outcome``: that step ends ``env_error`` with the message, instead of the run crashing
+    after the action. It is a ``TypeError`` (a wrong type) and a ``ValueError`` (a value out of
+    range, such as a negative count), so code that caught either before still does.
     """
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from ._enums import ActionStatus
-from ._errors import ConfigError
+from ._errors import ConfigError, MalformedValue
 
 __all__ = [
     "Action",
@@ -42,6 +42,16 @@ ToolSpec: TypeAlias = Mapping[str, Any]
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _bad(field: str, expected: str, value: object) -> MalformedValue:
+    """The error of a field that breaks its type's contract (``Outcome.completed`` ...)."""
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:79] + "…"
+    if value is not None:
+        shown += f" ({type(value).__name__})"
+    return MalformedValue(f"{field} must be {expected}, got {shown}")
 
 
 def _not_json(value: object) -> Any:
@@ -117,13 +127,23 @@ class Usage:
 class ToolCall:
     """One native tool call in a model reply.
 
-    ``arguments`` is a dict or a JSON string; the string form is kept exactly as received
+    ``arguments`` is a mapping or a JSON string; the string form is kept exactly as received
     (``raw_response`` records it verbatim, and malformed JSON is the interpreter's to judge).
+    The field types are checked here: a wrong one raises ``MalformedValue``.
     """
 
     name: str
     arguments: Mapping[str, Any] | str
     id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise _bad("ToolCall.name", "a str", self.name)
+        a = self.arguments
+        if type(a) is not str and type(a) is not dict and not isinstance(a, str | Mapping):
+            raise _bad("ToolCall.arguments", "a mapping or a JSON str", a)
+        if self.id is not None and not isinstance(self.id, str):
+            raise _bad("ToolCall.id", "a str or None", self.id)
 
     @property
     def arguments_text(self) -> str:
@@ -152,7 +172,9 @@ class ModelRequest:
 class ModelReply:
     """One model reply: visible ``text``, optional ``reasoning``, native ``tool_calls``, the
     provider's ``call_id`` (None or "" when it gave none: PolyLoop then uses its intent id),
-    and ``usage`` (None when the provider did not report it)."""
+    and ``usage`` (None when the provider did not report it). ``tool_calls`` may be given as
+    any sequence of :class:`ToolCall` (it is kept as a tuple); a field of the wrong type raises
+    ``MalformedValue`` here (inside ``Model.complete``, that makes the call a failed one)."""
 
     text: str = ""
     reasoning: str | None = None
@@ -161,10 +183,27 @@ class ModelReply:
     usage: Usage | None = None
 
     def __post_init__(self) -> None:
+        # Straight-line checks: a reply is built every step.
         if not isinstance(self.text, str):
-            raise TypeError(f"ModelReply.text must be a str, got {type(self.text).__name__}")
-        if not isinstance(self.tool_calls, tuple):
-            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+            raise _bad("ModelReply.text", "a str", self.text)
+        if self.reasoning is not None and not isinstance(self.reasoning, str):
+            raise _bad("ModelReply.reasoning", "a str or None", self.reasoning)
+        if self.call_id is not None and not isinstance(self.call_id, str):
+            raise _bad("ModelReply.call_id", "a str or None", self.call_id)
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise _bad("ModelReply.usage", "a Usage or None", self.usage)
+        calls = self.tool_calls
+        if type(calls) is not tuple:
+            if isinstance(calls, str | bytes | Mapping):
+                raise _bad("ModelReply.tool_calls", "a sequence of ToolCall", calls)
+            try:
+                calls = tuple(calls)
+            except TypeError:
+                raise _bad("ModelReply.tool_calls", "a sequence of ToolCall", calls) from None
+            object.__setattr__(self, "tool_calls", calls)
+        for call in calls:
+            if not isinstance(call, ToolCall):
+                raise _bad("each of ModelReply.tool_calls", "a ToolCall", call)
 
 
 def raw_response_of(reply: ModelReply) -> str:
@@ -180,27 +219,47 @@ def raw_response_of(reply: ModelReply) -> str:
 class Action:
     """A decision to act. ``text`` is how the action appears in the trajectory (the interpreter
     decides: ``name(args)`` for a tool call, the code for a code block). ``tool_name`` and
-    ``arguments`` are set for tool actions; ``call_id`` is the native tool call's id."""
+    ``arguments`` are set for tool actions; ``call_id`` is the native tool call's id. A field of
+    the wrong type raises ``MalformedValue`` here."""
 
     text: str
     tool_name: str | None = None
     arguments: Mapping[str, Any] | None = None
     call_id: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise _bad("Action.text", "a str", self.text)
+        if self.tool_name is not None and not isinstance(self.tool_name, str):
+            raise _bad("Action.tool_name", "a str or None", self.tool_name)
+        a = self.arguments
+        if a is not None and type(a) is not dict and not isinstance(a, Mapping):
+            raise _bad("Action.arguments", "a mapping or None", a)
+        if self.call_id is not None and not isinstance(self.call_id, str):
+            raise _bad("Action.call_id", "a str or None", self.call_id)
+
 
 @dataclass(frozen=True, slots=True)
 class FinalAnswer:
-    """A decision to stop with an answer."""
+    """A decision to stop with an answer (``text``: a str, else ``MalformedValue``)."""
 
     text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise _bad("FinalAnswer.text", "a str", self.text)
 
 
 @dataclass(frozen=True, slots=True)
 class InvalidDecision:
     """The reply could not be read as an action or a final answer. ``feedback`` is sent back to
-    the model and recorded as the step's ``parse_error``."""
+    the model and recorded as the step's ``parse_error`` (a str, else ``MalformedValue``)."""
 
     feedback: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.feedback, str):
+            raise _bad("InvalidDecision.feedback", "a str", self.feedback)
 
 
 Decision: TypeAlias = Action | FinalAnswer | InvalidDecision
@@ -210,7 +269,8 @@ Decision: TypeAlias = Action | FinalAnswer | InvalidDecision
 class Failure:
     """A failure described by stable fields, for the failure guard (kernel.md §10).
 
-    Only these fields feed the fingerprint; never timings, addresses or temp paths.
+    Only these fields feed the fingerprint; never timings, addresses or temp paths. Each is a
+    str or None, else ``MalformedValue``.
     """
 
     check: str | None = None
@@ -221,6 +281,16 @@ class Failure:
     """``file:line`` of the innermost relevant frame."""
     message: str | None = None
     """The key assertion or message."""
+
+    def __post_init__(self) -> None:
+        if self.check is not None and not isinstance(self.check, str):
+            raise _bad("Failure.check", "a str or None", self.check)
+        if self.error_type is not None and not isinstance(self.error_type, str):
+            raise _bad("Failure.error_type", "a str or None", self.error_type)
+        if self.top_frame is not None and not isinstance(self.top_frame, str):
+            raise _bad("Failure.top_frame", "a str or None", self.top_frame)
+        if self.message is not None and not isinstance(self.message, str):
+            raise _bad("Failure.message", "a str or None", self.message)
 
     def fingerprint(self) -> str:
         """A short stable hash of the four fields only, after normalising away what changes
@@ -273,8 +343,15 @@ class Outcome:
             is ``env_error`` in ``status``, never a third value).
         marker: a completion-marker tool returned normally.
         synthetic: PolyLoop, not the environment, wrote ``observation``.
-        truncated_chars: characters a tool cut from its own output.
-        failure: a description of the failure, for the failure guard.
+        truncated_chars: characters a tool cut from its own output (an int >= 0).
+        failure: a description of the failure, for the failure guard (a ``Failure`` or None).
+
+    Raises:
+        MalformedValue: a field breaks this contract (``completed``, ``marker`` and
+            ``synthetic`` must be exactly bools; ``status`` an ``ActionStatus`` or its string).
+            The kernel records an environment whose ``execute``/``reconcile`` raised this
+            building its Outcome, or returned something that is not an Outcome, as an
+            ``env_error`` step with this message.
     """
 
     status: ActionStatus
@@ -286,14 +363,28 @@ class Outcome:
     failure: Failure | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.status, ActionStatus):
-            object.__setattr__(self, "status", ActionStatus(self.status))
+        # Straight-line checks: an environment builds one every step, and the kernel relies on
+        # them (a bool that is None would fail only after the action, when the step is built).
+        if type(self.status) is not ActionStatus:
+            try:
+                object.__setattr__(self, "status", ActionStatus(self.status))
+            except ValueError:
+                raise _bad("Outcome.status", "an ActionStatus", self.status) from None
         if not isinstance(self.observation, str):
-            raise TypeError(
-                f"Outcome.observation must be a str, got {type(self.observation).__name__}"
-            )
-        if self.truncated_chars < 0:
-            raise ValueError("Outcome.truncated_chars must be >= 0")
+            raise _bad("Outcome.observation", "a str", self.observation)
+        if type(self.completed) is not bool:
+            raise _bad("Outcome.completed", "a bool", self.completed)
+        if type(self.marker) is not bool:
+            raise _bad("Outcome.marker", "a bool", self.marker)
+        if type(self.synthetic) is not bool:
+            raise _bad("Outcome.synthetic", "a bool", self.synthetic)
+        n = self.truncated_chars
+        if type(n) is not int and (isinstance(n, bool) or not isinstance(n, int)):
+            raise _bad("Outcome.truncated_chars", "an int >= 0", n)
+        if n < 0:
+            raise _bad("Outcome.truncated_chars", "an int >= 0", n)
+        if self.failure is not None and not isinstance(self.failure, Failure):
+            raise _bad("Outcome.failure", "a Failure or None", self.failure)
 
 
 @dataclass(frozen=True, slots=True)
