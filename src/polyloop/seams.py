@@ -55,7 +55,10 @@ class Environment(Protocol):
     """Where actions happen.
 
     ``execute`` returns an ``Outcome``; it raises ``EnvironmentFailure`` only when the
-    environment itself is broken (the kernel records ``env_error``). If it is cancelled or the
+    environment itself is broken (the kernel records ``env_error``). An environment that
+    breaks the Outcome contract (returns something else, or raises ``MalformedValue`` building
+    its Outcome, in ``execute`` or ``reconcile``) is recorded as ``env_error`` too, with the
+    validation message; any other exception propagates. If it is cancelled or the
     process dies mid-call, the action may or may not have happened, and there is no way to know
     which: ``replay_policy`` tells resume what to do about that, and ``reconcile`` (for the
     ``reconcile`` policy) asks the environment whether the action with this ``ctx.op_id``

@@ -1,20 +1,25 @@
 """Fixtures of the durable journals' tests: a store per test on each backend.
 
 ``journal_backend`` runs a test once on a SQLite file and once on a PostgreSQL schema (see
-tests/durability/journals.py for what a store offers). The PostgreSQL runs skip, saying why and
-how to run them, when no server can be started; with ``POLYLOOP_TEST_PG_DSN`` set (CI) they
-fail instead (tests/durability/pg.py).
+tests/durability/journals.py for what a store offers); ``every_journal`` runs a kernel test on
+the memory journal too, handing it a function that opens a journal object on one store. The
+PostgreSQL runs skip, saying why and how to run them, when no server can be started; with
+``POLYLOOP_TEST_PG_DSN`` set (CI) they fail instead (tests/durability/pg.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from polyloop.journal import MemoryJournal
 from tests.durability import pg
 from tests.durability.journals import PostgresStore, SQLiteStore, Store
 
@@ -44,6 +49,30 @@ def journal_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         return SQLiteStore(folder / "j.db")
     store: PostgresStore = request.getfixturevalue("db")
     return store
+
+
+OpenJournal = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def every_journal(request: pytest.FixtureRequest, tmp_path: Path) -> OpenJournal:
+    """``async with every_journal() as journal``: a journal object on one fresh store of each
+    journal (memory, SQLite, PostgreSQL); a second call opens another object on the same store
+    (the memory journal hands back the same object: it is its only store)."""
+    if request.param == "memory":
+        memory = MemoryJournal()
+
+        @contextlib.asynccontextmanager
+        async def same() -> AsyncIterator[Any]:
+            yield memory
+
+        return same
+    store: Store = (
+        request.getfixturevalue("db")
+        if request.param == "postgres"
+        else SQLiteStore(tmp_path / "every.db")
+    )
+    return store.journal
 
 
 @pytest.fixture(autouse=True)

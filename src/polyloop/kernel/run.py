@@ -50,6 +50,7 @@ from ..types import (
     InvalidDecision,
     Lease,
     LeaseLost,
+    MalformedValue,
     ModelAttemptFailed,
     ModelCallError,
     ModelCallFinished,
@@ -182,6 +183,24 @@ def _self_cancelled() -> Outcome:
     failure = Failure(error_type="CancelledError", message=message)
     text = f"CancelledError: {message}"
     return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
+
+
+def _env_failed(exc: EnvironmentFailure | MalformedValue, method: str = "execute") -> Outcome:
+    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``) or
+    broke its contract in ``method`` (``MalformedValue``: raised while it built its Outcome, or
+    made by :func:`_not_an_outcome`): the error is the synthetic observation and the stop
+    detail, so the step is written and the run ends ``env_error`` instead of crashing."""
+    name = type(exc).__name__
+    message = str(exc)
+    if isinstance(exc, MalformedValue):
+        message = f"the environment's {method}() broke its contract: {message}"
+    failure = Failure(error_type=name, message=message)
+    return Outcome(ActionStatus.env_error, f"{name}: {message}", synthetic=True, failure=failure)
+
+
+def _not_an_outcome(value: object, *, none_ok: bool = False) -> MalformedValue:
+    expected = "an Outcome or None" if none_ok else "an Outcome"
+    return MalformedValue(f"it returned {type(value).__name__}, not {expected}")
 
 
 def _env_detail(outcome: Outcome) -> str:
@@ -325,6 +344,10 @@ class RunDriver:
                 outcome = await self.cfg.environment.reconcile(intent.action, ctx)
             except OutcomeUnknown:
                 return await self._end_unknown(intent, policy)
+            except MalformedValue as exc:
+                outcome = _env_failed(exc, "reconcile")
+            if outcome is not None and not isinstance(outcome, Outcome):
+                outcome = _env_failed(_not_an_outcome(outcome, none_ok=True), "reconcile")
             if outcome is not None:
                 return await self._settle(sc, outcome, 0.0)
         return await self._act(sc)
@@ -530,12 +553,10 @@ class RunDriver:
     async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:
         try:
             outcome = await self.cfg.environment.execute(action, ctx)
-        except EnvironmentFailure as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            failure = Failure(error_type=type(exc).__name__, message=str(exc))
-            return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
+        except (EnvironmentFailure, MalformedValue) as exc:
+            return _env_failed(exc)
         if not isinstance(outcome, Outcome):
-            raise TypeError(f"the environment returned {type(outcome).__name__}, not Outcome")
+            return _env_failed(_not_an_outcome(outcome))
         return outcome
 
     # -- G: settle the action -----------------------------------------------------------------
