@@ -63,6 +63,7 @@ from ._records import (
 from ._records_json import record_json
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
+from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
 from ._values import (
     Action,
     Decision,
@@ -85,6 +86,7 @@ from ._values import (
 
 __all__ = [
     "DEFAULT_TEMPLATES",
+    "REPLACEMENT",
     "STEP_SCHEMA_VERSION",
     "Action",
     "ActionFinished",
@@ -154,7 +156,10 @@ __all__ = [
     "Usage",
     "Verdict",
     "canonical_json",
+    "clean_json",
+    "clean_text",
     "detect_pattern",
+    "first_invalid",
     "import_extra",
     "raw_response_of",
     "record_from_dict",

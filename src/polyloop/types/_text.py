@@ -1,0 +1,99 @@
+"""Text that is not valid Unicode, made valid where it enters a run.
+
+A Python ``str`` can hold code points that no Unicode encoding can write: surrogates
+(U+D800..U+DFFF), which a JSON ``\\ud800`` escape, ``os.fsdecode`` of a non-UTF-8 file name
+(``surrogateescape``) or a careless decoder produce. They are the only ``str`` values that
+``str.encode("utf-8")`` refuses, so a journal write of one fails. PolyLoop's one representation
+for them: each such code point becomes U+FFFD (the replacement character), and the step that
+received it counts it in ``StepRecord.replaced_chars``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["REPLACEMENT", "clean_json", "clean_text", "first_invalid"]
+
+REPLACEMENT = "\ufffd"
+"""What a code point that is not valid Unicode becomes."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """``text`` with every surrogate code point replaced by U+FFFD, and how many there were.
+
+    A surrogate pair held as two code points is not a character either: each half is replaced.
+    Returns ``text`` itself (the same object) when it is valid, which is checked with no copy
+    for ASCII text and one encoding pass otherwise.
+    """
+    if text.isascii():
+        return text, 0
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.subn(REPLACEMENT, text)
+    return text, 0
+
+
+def clean_json(value: Any) -> tuple[Any, int]:
+    """A JSON-like value (str, dict keys and values, lists, tuples; anything else is kept)
+    with :func:`clean_text` applied to every string in it, and the count of replacements.
+
+    Returns ``value`` itself when nothing was replaced; otherwise a copy, with each changed
+    mapping as a ``dict``, each changed list or tuple as its own type, and each changed str
+    subclass as a plain ``str``. Two keys of one mapping that differ only in replaced code
+    points become one key (the later value wins). ``value`` must not contain itself.
+    """
+    t = type(value)
+    if t is str:
+        return clean_text(value)
+    if t is dict or (t is not list and t is not tuple and isinstance(value, Mapping)):
+        total = 0
+        items = []
+        for k, v in value.items():
+            if isinstance(k, str):
+                k, n = clean_text(k)
+                total += n
+            v, n = clean_json(v)
+            total += n
+            items.append((k, v))
+        return (dict(items), total) if total else (value, 0)
+    if t is list or t is tuple:
+        total = 0
+        out = []
+        for v in value:
+            v, n = clean_json(v)
+            total += n
+            out.append(v)
+        return (t(out), total) if total else (value, 0)
+    if isinstance(value, str):  # a str subclass (an enum member, say)
+        return clean_text(value)
+    return value, 0
+
+
+def first_invalid(value: Any, where: str) -> str | None:
+    """Where the first text in a JSON-like ``value`` that is not valid Unicode is: a path from
+    ``where`` (``history[2]['content']``) and the first bad code point with its index; None
+    when all of it is valid. For refusing a caller's own input, which PolyLoop never alters."""
+    if isinstance(value, str):
+        if not clean_text(value)[1]:
+            return None
+        found = _SURROGATE.search(value)
+        assert found is not None
+        return f"{where} (code point U+{ord(found.group()):04X} at index {found.start()})"
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str) and clean_text(k)[1]:
+                return first_invalid(k, f"a key of {where}")
+            inner = first_invalid(v, f"{where}[{k!r}]")
+            if inner is not None:
+                return inner
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            inner = first_invalid(v, f"{where}[{i}]")
+            if inner is not None:
+                return inner
+    return None
