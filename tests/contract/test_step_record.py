@@ -39,6 +39,7 @@ FIELDS_13 = [
     "step_wall_ms",
 ]
 FIELDS_5 = ["tool_name", "tool_args_json", "action_status", "completed", "schema_version"]
+ADDED = ["replaced_chars"]  # fields with defaults added since, in the order they came
 
 
 def a_step(**over: Any) -> StepRecord:
@@ -62,7 +63,7 @@ def a_step(**over: Any) -> StepRecord:
 
 
 def test_step_record_has_exactly_the_contract_fields_in_order() -> None:
-    assert list(StepRecord.__dataclass_fields__) == FIELDS_13 + FIELDS_5
+    assert list(StepRecord.__dataclass_fields__) == FIELDS_13 + FIELDS_5 + ADDED
     s = a_step()
     assert (s.tool_name, s.tool_args_json, s.action_status, s.completed, s.schema_version) == (
         None,
@@ -71,6 +72,7 @@ def test_step_record_has_exactly_the_contract_fields_in_order() -> None:
         False,
         "1.0",
     )
+    assert s.replaced_chars == 0
 
 
 def test_step_record_is_immutable() -> None:

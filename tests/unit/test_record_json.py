@@ -11,7 +11,7 @@ import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any, get_args
 
@@ -131,20 +131,25 @@ RECORDS: list[Record] = [
     ModelResult(0, "01J9Z8K3T6QW4M5N7P8R9S0T1U", 1, "chatcmpl-9x", REPLY, 812.5),
     ModelResult(1, "i1", 2, "i1", ModelReply("The answer is 42."), 3.0),
     ModelResult(2, "i2", 1, "chatcmpl-1", NOOP_REPLY, 0.25),
+    ModelResult(3, "i3", 1, "chatcmpl-3", ModelReply("bad \ufffd"), 1.0, 1),
     ModelAttemptFailed(0, "i0", 1, ErrorInfo("ModelCallError", "429", "rate_limit", True, 2), 5.0),
     ModelFailure(0, "i0", 3, ErrorInfo("TimeoutError", "timed out"), 30000.0),
+    ModelFailure(0, "i0", 1, ErrorInfo("ValueError", "bad \ufffd\ufffd"), 2.0, 2),
     ActionIntent(0, "op-1", ACTION, ARGS_JSON, ReplayPolicy.never, True),
     ActionIntent(1, "op-2", Action("print('hi')"), None, ReplayPolicy.idempotent, True),
     ActionIntent(2, "op-3", Action("nope({})", "nope", {}, None), "{}", ReplayPolicy.never, False),
+    ActionIntent(3, "op-4", Action("t(\ufffd)", "t"), None, ReplayPolicy.never, True, 1),
     ActionResult(0, "op-1", OUTCOME, 1.25),
     ActionResult(1, "op-2", FAILED, 17.0),
     ActionResult(2, "op-3", Outcome(ActionStatus.not_executed, "no such tool", synthetic=True), 0),
+    ActionResult(3, "op-4", Outcome(ActionStatus.executed, "report_\ufffd.txt"), 2.5, 1),
     StepWritten(model_failure_step(0, 1200, 30001.5)),
     StepWritten(invalid_step(1, REPLY, "chatcmpl-9x", "Reply with one tool call.", 1300, 900.0)),
     StepWritten(final_answer_step(2, ModelReply("Done: 42"), "c2", 1400, 700.0)),
     StepWritten(final_answer_step(3, ModelReply("Done"), "c3", 1400, 7.0, "Cite a source.")),
     ACTION_STEP,
     StepWritten(action_step(5, NOOP_REPLY, "c5", NOOP, "{}", FAILED, 0, 9, 1.5)),
+    StepWritten(replace(model_failure_step(6, 9, 1.0), replaced_chars=3)),
     RunEnd(StopReason.agent_finished, None, "42", 3, 1, 1_700_000_000.25),
     RunEnd(
         StopReason.resume_state_unknown,
@@ -292,6 +297,7 @@ outcomes = st.builds(
 actions = st.builds(Action, texts, opt_texts, st.none() | arg_mappings, opt_texts)
 odd_walls = st.sampled_from([math.inf, math.nan, -0.0, Level.high, Weird(1.0)])
 counts = st.integers(min_value=0) | st.sampled_from([10**100])
+replaced = counts | numbers  # a record's count is not checked: any value encodes alike
 step_records = st.builds(
     StepRecord,
     step_idx=counts,
@@ -312,6 +318,7 @@ step_records = st.builds(
     action_status=st.none() | st.sampled_from([*ActionStatus, "executed", "env_error"]),
     completed=st.booleans(),
     schema_version=st.sampled_from(["1.0", "1.7", "1"]),
+    replaced_chars=counts,
 )
 
 
@@ -322,7 +329,9 @@ def test_model_intent(record: ModelIntent) -> None:
 
 
 @HOT
-@given(st.builds(ModelResult, numbers, texts | scalars, numbers, opt_texts, replies, numbers))
+@given(
+    st.builds(ModelResult, numbers, texts | scalars, numbers, opt_texts, replies, numbers, replaced)
+)
 def test_model_result(record: ModelResult) -> None:
     assert_same(record)
 
@@ -337,6 +346,7 @@ def test_model_result(record: ModelResult) -> None:
         opt_texts,
         st.sampled_from(ReplayPolicy),
         st.booleans() | scalars,
+        replaced,
     )
 )
 def test_action_intent(record: ActionIntent) -> None:
@@ -344,7 +354,7 @@ def test_action_intent(record: ActionIntent) -> None:
 
 
 @HOT
-@given(st.builds(ActionResult, numbers, opt_texts, outcomes, numbers))
+@given(st.builds(ActionResult, numbers, opt_texts, outcomes, numbers, replaced))
 def test_action_result(record: ActionResult) -> None:
     assert_same(record)
 

@@ -24,9 +24,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("polyloop")
 
-JOURNAL_SCHEMA_VERSION = "1.0"
+JOURNAL_SCHEMA_VERSION = "1.1"
 """Version of the table schema. A newer minor adds only what an older reader can ignore; a
-file with another major version is refused (``JournalError``), never modified."""
+file with another major version is refused (``JournalError``), never modified. A writer that
+opens a journal of an older minor migrates it (adds what the minors since then added, see
+``_ADDED_COLUMNS``, and sets this version in ``meta``); a reader does not need it migrated.
+
+1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -75,6 +79,7 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("action_status", "TEXT"),
     ("completed", "INTEGER NOT NULL"),
     ("schema_version", "TEXT NOT NULL"),
+    ("replaced_chars", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.1
 )
 _STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
 _STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed"})
@@ -115,6 +120,13 @@ _DDL: tuple[str, ...] = (
 )
 _TABLES = frozenset({"meta", "runs", "steps", "journal", "model_calls"})
 
+# The columns each minor version of the journal schema added: (minor, table, column, decl).
+# A journal of an older minor lacks them (it is read all the same: the step reader gives the
+# fields their defaults); a writer adds them when it opens one (``_migrate``).
+_ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
+    (1, "steps", "replaced_chars", "INTEGER NOT NULL DEFAULT 0"),
+)
+
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
     journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
     VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
@@ -140,7 +152,9 @@ _LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?"
 _READ_RUN = """SELECT goal, history_json, metadata_json, limits_json, wording_version,
     created_at, journal_schema_version FROM runs WHERE run_id = ?"""
 _READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq"
-_READ_STEPS = f"SELECT {', '.join(_STEP_NAMES)} FROM steps WHERE run_id = ? ORDER BY step_idx"
+# Every column, read by name: a journal of an older minor lacks the columns added since (their
+# fields take their defaults), a newer minor's extra columns are read past.
+_READ_STEPS = "SELECT * FROM steps WHERE run_id = ? ORDER BY step_idx"
 _END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?,
     final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, owner = NULL,
     lease_expires_at = NULL WHERE run_id = ?"""
@@ -186,11 +200,36 @@ def _step_row(step: StepRecord) -> list[Any]:
     return row
 
 
-def _step_from_row(row: Sequence[Any]) -> StepRecord:
-    d = dict(zip(_STEP_NAMES, row, strict=True))
-    for name in _STEP_BOOLS:
-        d[name] = bool(d[name])
-    return StepRecord.from_dict(d)
+def _steps_from_rows(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[StepRecord]:
+    """Step records from ``steps`` rows of ``_READ_STEPS``, whose columns are ``names``.
+
+    Raises:
+        TypeError: a row is damaged (a field is missing or has the wrong type).
+    """
+    steps = []
+    for row in rows:
+        d = dict(zip(names, row, strict=True))
+        for name in _STEP_BOOLS:
+            if name in d:
+                d[name] = bool(d[name])
+        steps.append(StepRecord.from_dict(d))
+    return steps
+
+
+def _minor(version: object) -> int:
+    """The minor number of a version string ("1.1" -> 1; "1" -> 0)."""
+    tail = str(version).partition(".")[2].partition(".")[0]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _lacking_allowed(version: object) -> frozenset[tuple[str, str]]:
+    """(table, column) pairs a journal of schema ``version`` may lack: added by later minors."""
+    minor = _minor(version)
+    return frozenset((t, c) for m, t, c, _ in _ADDED_COLUMNS if m > minor)
+
+
+def _needs_migration(version: object) -> bool:
+    return _minor(version) < _minor(JOURNAL_SCHEMA_VERSION)
 
 
 # -- opening a file ---------------------------------------------------------------------------
@@ -198,8 +237,8 @@ def _step_from_row(row: Sequence[Any]) -> StepRecord:
 
 def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sqlite3.Connection:
     """Connect, check the file is a PolyLoop journal of a readable version (creating the
-    schema only in an empty database), then switch to WAL. Nothing is written to a file that
-    is refused."""
+    schema only in an empty database), then switch to WAL and migrate a journal of an older
+    minor version (``_migrate``). Nothing is written to a file that is refused."""
     _check_writable(path)
     try:
         conn = sqlite3.connect(
@@ -212,8 +251,7 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
             names = _schema_names(conn)
         except sqlite3.DatabaseError as exc:
             raise _open_failure(path, exc) from exc
-        if names:
-            _check_polyloop(conn, path, names)
+        version = _check_polyloop(conn, path, names) if names else JOURNAL_SCHEMA_VERSION
         mode = _switch_to_wal(conn, path, busy_timeout_s)
         if mode.lower() != "wal":
             log.warning(
@@ -225,6 +263,8 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
         conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
         if not names:
             _create_schema(conn, path)
+        elif _needs_migration(version):
+            _migrate(conn, path)
     except BaseException:
         conn.close()
         raise
@@ -276,7 +316,9 @@ def _check_meta(meta: Mapping[str, Any], where: str) -> None:
         )
 
 
-def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> None:
+def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> str:
+    """Refuse a database that is not a PolyLoop journal this version can read; its journal
+    schema version."""
     if "meta" not in names:
         shown = ", ".join(sorted(names)[:8])
         raise JournalError(
@@ -296,7 +338,9 @@ def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> Non
     _check_meta(meta, str(path))
     want = _table_columns()
     have = {t: {row[1] for row in conn.execute(f"PRAGMA table_info({t})")} for t in want}
-    _check_tables(str(path), names, have, want)
+    version = str(meta["journal_schema_version"])
+    _check_tables(str(path), names, have, want, version)
+    return version
 
 
 def _check_tables(
@@ -304,17 +348,22 @@ def _check_tables(
     names: set[str],
     have: Mapping[str, set[str]],
     want: Mapping[str, Iterable[str]],
+    version: str = JOURNAL_SCHEMA_VERSION,
 ) -> None:
     """Refuse a journal that lacks one of PolyLoop's tables (``names``: the tables it has) or
-    one of their columns (``have``: the columns of each table it has). Any backend."""
+    one of their columns (``have``: the columns of each table it has), except the columns
+    added by minor versions after its own (``version``). Any backend."""
     missing = _TABLES - names
     if missing:
         raise JournalError(
             f"the PolyLoop journal {where} lacks the tables {sorted(missing)}: it is damaged "
             "(it was not modified)"
         )
+    allowed = _lacking_allowed(version)
     for table, columns in want.items():
-        lacking = [c for c in columns if c not in have.get(table, set())]
+        lacking = [
+            c for c in columns if c not in have.get(table, set()) and (table, c) not in allowed
+        ]
         if lacking:
             raise JournalError(
                 f"the PolyLoop journal {where}: table {table} lacks the columns {lacking}: it "
@@ -332,6 +381,37 @@ def _table_columns() -> dict[str, tuple[str, ...]]:
             table: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
             for table in sorted(_TABLES)
         }
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring a journal of an older minor version to ``JOURNAL_SCHEMA_VERSION``: add the columns
+    the minors since then added and set the version in ``meta``, in one transaction (another
+    writer may have done it meanwhile: then nothing changes). An older PolyLoop still reads
+    and writes the file (every added column has a default)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'journal_schema_version'").fetchone()
+        old = row[0]
+        if _needs_migration(old):
+            for minor, table, column, decl in _ADDED_COLUMNS:
+                have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+                if minor > _minor(old) and column not in have:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'journal_schema_version'",
+                (JOURNAL_SCHEMA_VERSION,),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if _needs_migration(old):
+        log.info(
+            "SQLite journal %s: migrated from journal schema %s to %s",
+            path,
+            old,
+            JOURNAL_SCHEMA_VERSION,
+        )
 
 
 def _create_schema(conn: sqlite3.Connection, path: str) -> None:

@@ -88,6 +88,7 @@ from ..types import (
 from . import _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
 from ._sqlite_schema import (
+    _ADDED_COLUMNS,
     _INSERT_INTENT,
     _INSERT_JOURNAL,
     _INSERT_STEP,
@@ -97,7 +98,9 @@ from ._sqlite_schema import (
     JOURNAL_SCHEMA_VERSION,
     _check_meta,
     _check_tables,
-    _step_from_row,
+    _minor,
+    _needs_migration,
+    _steps_from_rows,
 )
 from ._sqlite_writer import _wait_uninterrupted
 from .sqlite import _Append, _parse_run, _prepare, _run_filters
@@ -618,10 +621,11 @@ class PostgresJournal:
                 steps_cur = await conn.execute(_READ_STEPS, (run_id,))
             found = await run_cur.fetchone()
             rows = await steps_cur.fetchall()
+            names = [d.name for d in steps_cur.description or ()]
         if found is None:
             raise RunNotFound(run_id)
         try:
-            return [_step_from_row(row) for row in rows]
+            return _steps_from_rows(names, rows)
         except TypeError as exc:
             raise JournalError(f"run {run_id!r}: a steps row is damaged ({exc})") from exc
 
@@ -953,7 +957,9 @@ class PostgresJournal:
             )
         names = await self._relations(conn, namespace)
         if names:
-            await self._check_polyloop(conn, namespace, names)
+            version = await self._check_polyloop(conn, namespace, names)
+            if _needs_migration(version):
+                await self._migrate(conn, namespace)
             return
         async with conn.transaction():
             # Two processes opening one empty schema: the second waits, then finds the tables.
@@ -981,7 +987,38 @@ class PostgresJournal:
         )
         return {str(r[0]) for r in await cur.fetchall()}
 
-    async def _check_polyloop(self, conn: _Conn, namespace: str, names: set[str]) -> None:
+    async def _migrate(self, conn: _Conn, namespace: str) -> None:
+        """Bring a journal of an older minor version to ``JOURNAL_SCHEMA_VERSION`` (the SQLite
+        journal's ``_migrate``), in one transaction under the schema's advisory lock."""
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(namespace),))
+            cur = await conn.execute(
+                "SELECT value FROM meta WHERE key = 'journal_schema_version' FOR UPDATE"
+            )
+            row = await cur.fetchone()
+            old = None if row is None else row[0]
+            if old is None or not _needs_migration(old):
+                return  # another writer migrated it meanwhile
+            for minor, table, column, decl in _ADDED_COLUMNS:
+                if minor > _minor(old):
+                    await conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_pg_decl(decl)}"
+                    )
+            await conn.execute(
+                "UPDATE meta SET value = %s WHERE key = 'journal_schema_version'",
+                (JOURNAL_SCHEMA_VERSION,),
+            )
+        log.info(
+            "PostgreSQL journal %s schema %r: migrated from journal schema %s to %s",
+            self._server,
+            namespace,
+            old,
+            JOURNAL_SCHEMA_VERSION,
+        )
+
+    async def _check_polyloop(self, conn: _Conn, namespace: str, names: set[str]) -> str:
+        """Refuse a schema that is not a PolyLoop journal this version can read; its journal
+        schema version."""
         where = f"{self._server} schema {namespace!r}"
         if "meta" not in names:
             shown = ", ".join(sorted(names)[:8])
@@ -1010,7 +1047,9 @@ class PostgresJournal:
         for table, column in await cur.fetchall():
             have.setdefault(str(table), set()).add(str(column))
         want = {table: [c for c, _ in columns] for table, columns in _TABLE_COLUMNS.items()}
-        _check_tables(where, names, have, want)
+        version = str(meta["journal_schema_version"])
+        _check_tables(where, names, have, want, version)
+        return version
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ Tables (their names and columns are public: downstream SQL reads them directly):
                  ended_at, journal_schema_version, wording_version, stop_detail, final_answer,
                  goal, limits_json, metadata_json, history_json
     steps        one row per step record: run_id plus a column per StepRecord field, same
-                 names (booleans as 0/1); PRIMARY KEY (run_id, step_idx)
+                 names (booleans as 0/1); PRIMARY KEY (run_id, step_idx). replaced_chars
+                 arrived with journal schema 1.1 (a writer adds it to an older file)
     journal      the append-only records: run_id, seq (1, 2, ... per run), kind, body (the
                  canonical JSON of ``record_to_dict``), written_at; PRIMARY KEY (run_id, seq)
     model_calls  the accounts, one row per model-call attempt: run_id, step_idx, intent_id,
@@ -108,8 +109,8 @@ from ._sqlite_schema import (
     _check_journal_version,
     _open_read_only,
     _open_writer,
-    _step_from_row,
     _step_row,
+    _steps_from_rows,
 )
 from ._sqlite_writer import (
     _Fn,
@@ -717,12 +718,10 @@ def _list_runs(
 def _read_steps(conn: sqlite3.Connection, run_id: str) -> list[StepRecord]:
     if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
         raise RunNotFound(run_id)
-    rows = conn.execute(
-        _READ_STEPS,
-        (run_id,),
-    ).fetchall()
+    cur = conn.execute(_READ_STEPS, (run_id,))
+    names = [d[0] for d in cur.description]
     try:
-        return [_step_from_row(row) for row in rows]
+        return _steps_from_rows(names, cur.fetchall())
     except TypeError as exc:
         raise JournalError(f"run {run_id!r}: a steps row is damaged ({exc})") from exc
 

@@ -3,6 +3,12 @@
 Records are append-only and numbered per run by the journal (``seq``). Each has a ``kind``
 string and a JSON form (:func:`record_to_dict` / :func:`record_from_dict`) that durable
 journals store; the kinds and their fields are part of the journal's table schema.
+
+The records of a step that hold text from outside the run (a model reply or error, an action,
+an outcome) carry ``replaced_chars``: the code points of that text that were not valid Unicode
+and were replaced with U+FFFD before the record was built (``StepRecord.replaced_chars`` sums
+them, so resume rebuilds the count). Its JSON key is left out when it is 0, so the records of
+text without any such code point are written exactly as before it existed.
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ class ModelResult:
     llm_call_id: str
     reply: ModelReply
     latency_ms: float
+    replaced_chars: int = 0
+    """Code points of the reply as the model returned it that were replaced with U+FFFD."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +108,8 @@ class ModelAttemptFailed:
     attempt: int
     error: ErrorInfo
     latency_ms: float
+    replaced_chars: int = 0
+    """Code points of the error's texts that were replaced with U+FFFD."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +122,8 @@ class ModelFailure:
     attempt: int
     error: ErrorInfo
     latency_ms: float
+    replaced_chars: int = 0
+    """Code points of the error's texts that were replaced with U+FFFD."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +138,8 @@ class ActionIntent:
     args_json: str | None
     replay_policy: ReplayPolicy
     known_tool: bool
+    replaced_chars: int = 0
+    """Code points of the action as the interpreter returned it that were replaced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +151,8 @@ class ActionResult:
     op_id: str
     outcome: Outcome
     latency_ms: float
+    replaced_chars: int = 0
+    """Code points of the outcome as the environment returned it that were replaced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +404,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "reply": _reply_to(record.reply),
                 "latency_ms": record.latency_ms,
             }
+            if record.replaced_chars:
+                body["replaced_chars"] = record.replaced_chars
         case ModelAttemptFailed() | ModelFailure():
             body = {
                 "step_idx": record.step_idx,
@@ -396,6 +414,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "error": _error_to(record.error),
                 "latency_ms": record.latency_ms,
             }
+            if record.replaced_chars:
+                body["replaced_chars"] = record.replaced_chars
         case ActionIntent():
             body = {
                 "step_idx": record.step_idx,
@@ -405,6 +425,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "replay_policy": record.replay_policy.value,
                 "known_tool": record.known_tool,
             }
+            if record.replaced_chars:
+                body["replaced_chars"] = record.replaced_chars
         case ActionResult():
             body = {
                 "step_idx": record.step_idx,
@@ -412,6 +434,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "outcome": _outcome_to(record.outcome),
                 "latency_ms": record.latency_ms,
             }
+            if record.replaced_chars:
+                body["replaced_chars"] = record.replaced_chars
         case StepWritten(step):
             body = {"step": step.to_dict()}
         case RunEnd():
@@ -469,6 +493,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["llm_call_id"],
                 _reply_from(d["reply"]),
                 d["latency_ms"],
+                d.get("replaced_chars", 0),
             )
         if kind in ("model_attempt_failed", "model_failure"):
             cls = ModelAttemptFailed if kind == "model_attempt_failed" else ModelFailure
@@ -478,6 +503,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["attempt"],
                 ErrorInfo(**d["error"]),
                 d["latency_ms"],
+                d.get("replaced_chars", 0),
             )
         if kind == "action_intent":
             a = d["action"]
@@ -488,10 +514,15 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["args_json"],
                 ReplayPolicy(d["replay_policy"]),
                 d["known_tool"],
+                d.get("replaced_chars", 0),
             )
         if kind == "action_result":
             return ActionResult(
-                d["step_idx"], d["op_id"], _outcome_from(d["outcome"]), d["latency_ms"]
+                d["step_idx"],
+                d["op_id"],
+                _outcome_from(d["outcome"]),
+                d["latency_ms"],
+                d.get("replaced_chars", 0),
             )
         if kind == "step":
             return StepWritten(StepRecord.from_dict(d["step"]))

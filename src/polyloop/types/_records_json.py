@@ -89,12 +89,18 @@ def _reply_json(r: ModelReply) -> str:
     )
 
 
+def _replaced_json(n: Any) -> str:
+    """The ``replaced_chars`` key of a record and its comma, or "" where record_to_dict leaves
+    it out (0)."""
+    return f'"replaced_chars":{_json_value(n)},' if n else ""
+
+
 def _model_result_json(r: ModelResult) -> str:
     return (
         f'{{"attempt":{_json_value(r.attempt)},"intent_id":{_json_value(r.intent_id)},'
         f'"kind":"model_result","latency_ms":{_json_value(r.latency_ms)},'
-        f'"llm_call_id":{_json_value(r.llm_call_id)},"reply":{_reply_json(r.reply)},'
-        f'"step_idx":{_json_value(r.step_idx)}}}'
+        f'"llm_call_id":{_json_value(r.llm_call_id)},{_replaced_json(r.replaced_chars)}'
+        f'"reply":{_reply_json(r.reply)},"step_idx":{_json_value(r.step_idx)}}}'
     )
 
 
@@ -106,7 +112,7 @@ def _action_intent_json(r: ActionIntent) -> str:
         f'"text":{_json_value(a.text)},"tool_name":{_json_value(a.tool_name)}}},'
         f'"args_json":{_json_value(r.args_json)},"kind":"action_intent",'
         f'"known_tool":{_json_value(r.known_tool)},"op_id":{_json_value(r.op_id)},'
-        f'"replay_policy":{_json_value(r.replay_policy.value)},'
+        f'{_replaced_json(r.replaced_chars)}"replay_policy":{_json_value(r.replay_policy.value)},'
         f'"step_idx":{_json_value(r.step_idx)}}}'
     )
 
@@ -131,7 +137,7 @@ def _action_result_json(r: ActionResult) -> str:
     return (
         f'{{"kind":"action_result","latency_ms":{_json_value(r.latency_ms)},'
         f'"op_id":{_json_value(r.op_id)},"outcome":{_outcome_json(r.outcome)},'
-        f'"step_idx":{_json_value(r.step_idx)}}}'
+        f'{_replaced_json(r.replaced_chars)}"step_idx":{_json_value(r.step_idx)}}}'
     )
 
 
@@ -151,6 +157,7 @@ def _step_json(s: StepRecord) -> str:
         f'"prompt_chars":{_json_value(s.prompt_chars)},'
         f'"raw_response":{_json_value(s.raw_response)},'
         f'"reasoning_chars":{_json_value(s.reasoning_chars)},'
+        f'"replaced_chars":{_json_value(s.replaced_chars)},'
         f'"response_chars":{_json_value(s.response_chars)},'
         f'"schema_version":{_json_value(s.schema_version)},'
         f'"step_idx":{_json_value(s.step_idx)},"step_wall_ms":{_json_value(s.step_wall_ms)},'

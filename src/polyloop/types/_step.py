@@ -71,6 +71,13 @@ class StepRecord:
     """The environment's completion signal for this step."""
     schema_version: str = STEP_SCHEMA_VERSION
     """Version of this record's format; a reader meeting an unknown major fails loudly."""
+    replaced_chars: int = 0
+    """Code points of text that entered PolyLoop in this step that were not valid Unicode
+    (lone surrogates), each replaced with U+FFFD; 0 if none. Added to schema 1.0 with this
+    default, a compatible change (a record written without it reads as 0). Counted wherever
+    the kernel received text: the model reply, the decision, the outcome, guard feedback and
+    error messages; a bad code point that reaches two of them (a tool argument and the action
+    text built from it) counts in each."""
 
     def __post_init__(self) -> None:
         # Straight-line checks (no loops over names, no getattr): every step passes here.
@@ -85,6 +92,8 @@ class StepRecord:
             raise _fail("observation_truncated_chars", "an int >= 0", n)
         if type(self.prompt_chars) is not int or self.prompt_chars < 0:
             raise _fail("prompt_chars", "an int >= 0", self.prompt_chars)
+        if type(self.replaced_chars) is not int or self.replaced_chars < 0:
+            raise _fail("replaced_chars", "an int >= 0", self.replaced_chars)
         if not isinstance(self.raw_response, str):
             raise _fail("raw_response", "a str", self.raw_response)
         if self.action is not None and not isinstance(self.action, str):

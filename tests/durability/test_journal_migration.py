@@ -1,0 +1,79 @@
+"""A journal written by the previous minor version of the table schema (1.0: no
+``steps.replaced_chars``) still opens, on SQLite and PostgreSQL: a writer migrates it (adds the
+column, sets the version in ``meta``) and the run goes on; its steps read back without the
+column, as 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyloop import JournalError, StopReason
+from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION, _steps_from_rows
+from tests.contract.test_resume import World, new_loop
+from tests.durability.journals import Store, crashed_run
+
+TO_1_0 = (
+    "ALTER TABLE steps DROP COLUMN replaced_chars",
+    "UPDATE meta SET value = '1.0' WHERE key = 'journal_schema_version'",
+    "UPDATE runs SET journal_schema_version = '1.0'",
+)
+
+
+async def a_1_0_journal(store: Store) -> None:
+    """A run interrupted with steps written, in a journal as schema 1.0 left it."""
+    await crashed_run(store)
+    store.damage(*TO_1_0)
+    assert "replaced_chars" not in step_columns(store)
+
+
+def step_columns(store: Store) -> list[str]:
+    rows = store.rows("SELECT * FROM steps")
+    assert rows, "the interrupted run has steps"
+    return list(rows[0])
+
+
+def journal_version(store: Store) -> str:
+    rows = store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'")
+    return str(rows[0][0])
+
+
+async def test_the_steps_of_a_1_0_journal_read_back_without_the_column(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await a_1_0_journal(store)
+    rows = store.rows("SELECT * FROM steps WHERE run_id = ? ORDER BY step_idx", "r")
+    names = list(rows[0])
+    steps = _steps_from_rows(names, [tuple(row.values()) for row in rows])
+    assert [s.step_idx for s in steps] == list(range(len(rows)))
+    assert {s.replaced_chars for s in steps} == {0}
+
+
+async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backend: Store) -> None:
+    store = journal_backend
+    await a_1_0_journal(store)
+    assert journal_version(store) == "1.0"
+    async with store.journal() as journal:
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.1"
+        r = await new_loop(World(), journal).resume("r")
+        assert await journal.steps("r") == list(r.steps)
+    assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
+    assert "replaced_chars" in step_columns(store)
+    assert store.sql("SELECT DISTINCT replaced_chars FROM steps") == [(0,)]
+    # The run's row keeps the version it was created with; a new run gets the new one.
+    assert store.sql("SELECT journal_schema_version FROM runs") == [("1.0",)]
+    async with store.journal() as journal:  # migrated once: a second writer changes nothing
+        await new_loop(World(), journal).run("pay", run_id="new")
+    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.1",)]
+
+
+async def test_a_1_1_journal_without_the_column_is_refused_as_damaged(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage("ALTER TABLE steps DROP COLUMN replaced_chars")
+    before = store.snapshot()
+    with pytest.raises(JournalError, match=r"steps lacks the columns \['replaced_chars'\]"):
+        await store.open()
+    assert store.snapshot() == before
