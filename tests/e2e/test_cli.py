@@ -601,3 +601,43 @@ def test_reading_commands_work_in_a_read_only_folder_and_writing_ones_say_why(
         ), f"{name}: {d}"
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert len(fake.requests) == 2  # only the first run's: no writing command reached the model
+
+
+# --- text that is not valid Unicode ----------------------------------------------------------
+
+
+async def steps_of(path: Path, run_id: str) -> list[StepRecord]:
+    journal = SQLiteJournal(path)
+    try:
+        return await journal.steps(run_id)
+    finally:
+        await journal.aclose()
+
+
+def test_a_reply_with_lone_surrogate_escapes_ends_normally_in_one_line(
+    cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
+) -> None:
+    # The server's JSON holds "\udfff" escapes (json.dumps writes a lone surrogate so): in the
+    # text, the reasoning, the ids, and inside the tool call's argument string.
+    arguments = json.dumps({"path": "notes\udfff.txt"})
+    fake.script(
+        completion(
+            "let me look \udfff",
+            tool_calls=[tool_call("read_file", arguments, id="call_\udfff")],
+            reasoning_content="hm \udfff",
+            id="chatcmpl-\udfff",
+        ),
+        completion("The note is gone \udfff.", id="chatcmpl-2"),
+    )
+    done = cli(*run_args(fake, workspace))
+    assert done.code == 0, done
+    assert "Traceback" not in done.err + done.out, done
+    assert done.err == "", done
+    run_id = run_id_of(done.out)
+    outcome = [line for line in done.out.splitlines() if line.startswith(f"run {run_id}: ")]
+    assert len(outcome) == 1 and "agent_finished after 2 steps" in outcome[0], done
+    steps = asyncio.run(steps_of(tmp_path / "j.db", run_id))
+    assert [s.step_idx for s in steps] == [0, 1]
+    assert steps[0].llm_call_id == "chatcmpl-\ufffd" and steps[0].tool_name == "read_file"
+    assert steps[0].replaced_chars > 0 and steps[1].replaced_chars == 1
+    assert steps[1].raw_response == "The note is gone \ufffd."

@@ -50,6 +50,9 @@ class Interrupted:
     failure: ModelFailure | None = None
     action_intent: ActionIntent | None = None
     action_result: ActionResult | None = None
+    replaced: int = 0
+    """Code points replaced in this step's text before its action result (the counts of its
+    failed attempts, model result and action intent), for its ``replaced_chars``."""
 
 
 @dataclass
@@ -118,6 +121,7 @@ def replay(
             case ModelResult() | ModelAttemptFailed() | ModelFailure():
                 if cur is None or cur.intent_id != rec.intent_id or cur.step_idx != rec.step_idx:
                     raise _out_of_order(run_id, seq, f"{rec.kind} without its model intent")
+                cur.replaced += rec.replaced_chars
                 if isinstance(rec, ModelResult):
                     cur.result = rec
                     if rec.reply.usage is not None:
@@ -132,6 +136,7 @@ def replay(
                 if cur is None or cur.result is None or rec.step_idx != expected:
                     raise _out_of_order(run_id, seq, "action intent without a model result")
                 cur.action_intent = rec
+                cur.replaced += rec.replaced_chars
             case ActionResult():
                 if cur is None or cur.action_intent is None or cur.action_intent.op_id != rec.op_id:
                     raise _out_of_order(run_id, seq, "action result without its action intent")

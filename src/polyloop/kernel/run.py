@@ -82,7 +82,7 @@ from ..types import (
     ToolContext,
     ToolSpec,
     Turn,
-    canonical_json,
+    clean_text,
 )
 from . import stopping
 from .replay import Interrupted, Replayed
@@ -94,6 +94,7 @@ from .steps import (
     model_failure_step,
     observation_cut,
 )
+from .text import clean_action, clean_decision, clean_error, clean_outcome, clean_reply
 
 __all__ = ["KernelConfig", "RunDriver", "new_id"]
 
@@ -152,13 +153,19 @@ class _StepCtx:
     reply: ModelReply
     llm_call_id: str
     intent: ActionIntent
+    replaced: int  # code points replaced in this step before the action's outcome
     resumed: bool = False  # the intent was found without a result: it may have run already
 
 
-def _error_info(exc: BaseException) -> ErrorInfo:
+def _error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
+    """A model call's exception as journaled, its texts cleaned; the count replaced."""
     if isinstance(exc, ModelCallError):
-        return ErrorInfo(type(exc).__name__, exc.message, exc.kind, exc.retryable, exc.retry_after)
-    return ErrorInfo(type(exc).__name__, str(exc))
+        info = ErrorInfo(
+            type(exc).__name__, str(exc.message), str(exc.kind), exc.retryable, exc.retry_after
+        )
+    else:
+        info = ErrorInfo(type(exc).__name__, str(exc))
+    return clean_error(info)
 
 
 def _pending(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
@@ -299,21 +306,30 @@ class RunDriver:
         t0 = self.cfg.clock.monotonic()
         prompt_chars = self.context.prompt_chars
         if it.failure is not None:  # model_failure without its step: no model call
-            step = model_failure_step(it.step_idx, prompt_chars, 0.0)
+            step = model_failure_step(it.step_idx, prompt_chars, 0.0, it.replaced)
             return await self._end(
                 stopping.MODEL_FAILED, it.failure.error.detail(it.failure.attempt), step=step
             )
         if it.result is None:  # model intent without result: same intent id, next attempt
             return await self._model_phase(
-                it.step_idx, t0, prompt_chars, it.intent_id, it.last_attempt + 1, it.failures
+                it.step_idx,
+                t0,
+                prompt_chars,
+                it.intent_id,
+                it.last_attempt + 1,
+                it.failures,
+                it.replaced,
             )
         reply, call_id = it.result.reply, it.result.llm_call_id
         if it.action_intent is None:  # model result without step: re-interpret, no model call
-            return await self._decide(it.step_idx, t0, prompt_chars, reply, call_id)
-        sc = _StepCtx(it.step_idx, t0, prompt_chars, reply, call_id, it.action_intent, True)
+            return await self._decide(
+                it.step_idx, t0, prompt_chars, reply, call_id, replaced=it.replaced
+            )
+        sc = _StepCtx(
+            it.step_idx, t0, prompt_chars, reply, call_id, it.action_intent, it.replaced, True
+        )
         if it.action_result is not None:  # result without step: build the step, never re-run
-            r = it.action_result
-            return await self._settle(sc, r.outcome, r.latency_ms, result_durable=True)
+            return await self._settle(sc, it.action_result, durable=True)
         return await self._replay_action(sc)
 
     async def _replay_action(self, sc: _StepCtx) -> RunResult | None:
@@ -332,7 +348,7 @@ class RunDriver:
             # knows it now with another policy: it was never executed, and running it now would
             # be a step the run never had.
             refused = Outcome(ActionStatus.not_executed, _unknown_then(name), synthetic=True)
-            return await self._settle(sc, refused, 0.0)
+            return await self._settle(sc, self._result(sc, refused, 0.0))
         if intent.known_tool and name is not None and name not in self.tool_names:
             policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
         if policy is ReplayPolicy.never:
@@ -349,7 +365,7 @@ class RunDriver:
             if outcome is not None and not isinstance(outcome, Outcome):
                 outcome = _env_failed(_not_an_outcome(outcome, none_ok=True), "reconcile")
             if outcome is not None:
-                return await self._settle(sc, outcome, 0.0)
+                return await self._settle(sc, self._result(sc, outcome, 0.0))
         return await self._act(sc)
 
     # -- C: the model call --------------------------------------------------------------------
@@ -361,7 +377,10 @@ class RunDriver:
         intent_id: str,
         attempt: int,
         failures: int,
+        replaced: int = 0,
     ) -> RunResult | None:
+        """C, from ``attempt`` on. ``failures``: failed attempts of this step so far;
+        ``replaced``: code points replaced in their errors (part of the step's count)."""
         cfg = self.cfg
         clock = cfg.clock
         while True:
@@ -380,7 +399,8 @@ class RunDriver:
                 raise
             except Exception as exc:
                 latency = (clock.monotonic() - t) * 1000
-                info = _error_info(exc)
+                info, bad = _error_info(exc)
+                replaced += bad
                 failures += 1
                 if self._observers:
                     self._emit(
@@ -396,18 +416,19 @@ class RunDriver:
                     )
                 if info.retryable and cfg.retry.allows_retry(failures, info.retry_after):
                     await self._write(
-                        (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency),)
+                        (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency, bad),)
                     )
                     await clock.sleep(
                         cfg.retry.backoff_s(failures, info.retry_after, random.random())
                     )
                     attempt += 1
                     continue
-                await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency),))
+                await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency, bad),))
                 wall = (clock.monotonic() - t0) * 1000
-                step = model_failure_step(step_idx, prompt_chars, wall)
+                step = model_failure_step(step_idx, prompt_chars, wall, replaced)
                 return await self._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
             latency = (clock.monotonic() - t) * 1000
+            reply, bad = clean_reply(reply)  # before anything records or reads it
             call_id = reply.call_id or intent_id
             st = self.state
             if reply.usage is not None:
@@ -419,8 +440,10 @@ class RunDriver:
                     )
                 )
             # The result is written with the first record that acts on it (see _decide).
-            result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency)
-            return await self._decide(step_idx, t0, prompt_chars, reply, call_id, result)
+            result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad)
+            return await self._decide(
+                step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad
+            )
 
     # -- D, E, F: interpret and act -----------------------------------------------------------
     async def _decide(
@@ -431,22 +454,31 @@ class RunDriver:
         reply: ModelReply,
         call_id: str,
         result: ModelResult | None = None,
+        replaced: int = 0,
     ) -> RunResult | None:
         """D, E, F. ``result``: the model result not yet written; it goes into the journal in
         the same transaction as the first record that acts on the reply (the action intent,
         the step, or the end), so it is durable before anything acts on it at one commit
         fewer per step. Run-end guards may take long, so before they run it is written alone;
-        if interpreting the reply fails, it is written before the error propagates."""
+        if interpreting the reply fails, it is written before the error propagates.
+        ``replaced``: code points replaced in this step so far (the reply's, the errors of its
+        failed attempts); the decision's are added to it."""
         st = self.state
         clock = self.cfg.clock
         first: tuple[Record, ...] = () if result is None else (result,)
+        args_json: str | None = None
         try:
             decision = self.cfg.interpreter.interpret(reply, self.tool_specs)
+            # Cleaned before anything reads it: decoding JSON in the reply (a "\ud800" escape)
+            # can make text that is not valid Unicode out of valid text.
             if isinstance(decision, Action):
+                decision, args_json, bad = clean_action(decision)
                 policy = self.cfg.environment.replay_policy(decision)
                 if type(policy) is not ReplayPolicy:  # a str from a custom environment
                     policy = ReplayPolicy(policy)
-            elif not isinstance(decision, InvalidDecision | FinalAnswer):
+            elif isinstance(decision, InvalidDecision | FinalAnswer):
+                decision, bad = clean_decision(decision)
+            else:
                 raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
         except Exception:
             if first:
@@ -455,7 +487,9 @@ class RunDriver:
         if isinstance(decision, InvalidDecision):  # D: skips the completion check
             st.consecutive_invalid += 1
             wall = (clock.monotonic() - t0) * 1000
-            step = invalid_step(step_idx, reply, call_id, decision.feedback, prompt_chars, wall)
+            step = invalid_step(
+                step_idx, reply, call_id, decision.feedback, prompt_chars, wall, replaced + bad
+            )
             reason = stopping.after_invalid(st.limits, st.consecutive_invalid)
             if reason is not None:
                 return await self._end(reason, records=first, step=step, reply=reply)
@@ -466,15 +500,18 @@ class RunDriver:
             if first and self.cfg.guards:
                 await self._write(first)
                 first = ()
-            verdicts, steer = await self._check_guards(step_idx, decision.text)
+            verdicts, steer, in_feedback = await self._check_guards(step_idx, decision.text)
             wall = (clock.monotonic() - t0) * 1000
             if steer is not None:
                 step = final_answer_step(
-                    step_idx, reply, call_id, prompt_chars, wall, steer_feedback=steer.feedback
-                )
+                    step_idx, reply, call_id, prompt_chars, wall, steer.feedback,
+                    replaced + bad + in_feedback,
+                )  # fmt: skip
                 await self._append_step((*first, *verdicts), step, reply, 0)
                 return None
-            step = final_answer_step(step_idx, reply, call_id, prompt_chars, wall)
+            step = final_answer_step(
+                step_idx, reply, call_id, prompt_chars, wall, None, replaced + bad
+            )
             return await self._end(
                 stopping.FINAL_ANSWER,
                 final_answer=decision.text,
@@ -484,22 +521,19 @@ class RunDriver:
             )
         # F: write the action intent (with the model result), then execute.
         action = decision
-        args = action.arguments
-        args_json = (
-            None if args is None else canonical_json(args if type(args) is dict else dict(args))
-        )
         known = action.tool_name is None or action.tool_name in self.tool_names
-        intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known)
-        sc = _StepCtx(step_idx, t0, prompt_chars, reply, call_id, intent)
+        intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known, bad)
+        sc = _StepCtx(step_idx, t0, prompt_chars, reply, call_id, intent, replaced + bad)
         self._intent_written = sc
         await self._write((*first, intent))
         return await self._act(sc)
 
     async def _check_guards(
         self, step_idx: int, answer: str
-    ) -> tuple[tuple[Record, ...], GuardVerdict | None]:
+    ) -> tuple[tuple[Record, ...], GuardVerdict | None, int]:
         """Ask the run-end guards in order; the first steer wins. Guards at their own steer
-        limit are skipped. Returns the verdict records (written with the step) and the steer."""
+        limit are skipped. Returns the verdict records (written with the step), the steer, and
+        the code points replaced in its feedback."""
         st = self.state
         records: list[Record] = []
         for guard in self.cfg.guards:
@@ -511,16 +545,17 @@ class RunDriver:
             if inspect.isawaitable(verdict):
                 verdict = await verdict
             if isinstance(verdict, Steer):
-                record = GuardVerdict(step_idx, guard.name, True, verdict.feedback)
+                feedback, bad = clean_text(verdict.feedback)
+                record = GuardVerdict(step_idx, guard.name, True, feedback)
                 st.steer_counts[guard.name] = steers + 1
                 records.append(record)
-                return tuple(records), record
+                return tuple(records), record, bad
             if not isinstance(verdict, Complete):
                 raise TypeError(
                     f"run-end guard {guard.name!r} returned {verdict!r}, not Complete or Steer"
                 )
             records.append(GuardVerdict(step_idx, guard.name, False))
-        return tuple(records), None
+        return tuple(records), None, 0
 
     async def _act(self, sc: _StepCtx) -> RunResult | None:
         await self._keep_lease_margin()
@@ -548,7 +583,8 @@ class RunDriver:
         # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
         # (it awaited something another party cancelled). An environment failure.
         outcome = _self_cancelled() if task.cancelled() else task.result()
-        return await self._settle(sc, outcome, (self.cfg.clock.monotonic() - t) * 1000)
+        latency = (self.cfg.clock.monotonic() - t) * 1000
+        return await self._settle(sc, self._result(sc, outcome, latency))
 
     async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:
         try:
@@ -560,10 +596,16 @@ class RunDriver:
         return outcome
 
     # -- G: settle the action -----------------------------------------------------------------
-    def _action_step(self, sc: _StepCtx, outcome: Outcome) -> tuple[StepRecord, int]:
+    def _result(self, sc: _StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
+        """The result record of the outcome the environment gave, its text cleaned first."""
+        outcome, bad = clean_outcome(outcome)
+        return ActionResult(sc.step_idx, sc.intent.op_id, outcome, latency_ms, bad)
+
+    def _action_step(self, sc: _StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
         """The step of an action whose outcome arrived (counting it if executed), and
         PolyLoop's cut of its observation."""
         st = self.state
+        outcome = result.outcome
         if outcome.status is ActionStatus.executed:
             st.actions_executed += 1
         cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
@@ -571,19 +613,20 @@ class RunDriver:
         i = sc.intent
         step = action_step(
             sc.step_idx, sc.reply, sc.llm_call_id, i.action, i.args_json, outcome, cut,
-            sc.prompt_chars, wall,
+            sc.prompt_chars, wall, sc.replaced + result.replaced_chars,
         )  # fmt: skip
         return step, cut
 
     async def _settle(
-        self, sc: _StepCtx, outcome: Outcome, latency_ms: float, *, result_durable: bool = False
+        self, sc: _StepCtx, result: ActionResult, *, durable: bool = False
     ) -> RunResult | None:
+        """G for the action of ``sc`` and its ``result`` (made by :meth:`_result`, or read
+        from the journal: ``durable``, then it is not written again)."""
         st = self.state
         intent = sc.intent
-        step, cut = self._action_step(sc, outcome)
-        records: tuple[Record, ...] = ()
-        if not result_durable:
-            records = (ActionResult(sc.step_idx, intent.op_id, outcome, latency_ms),)
+        outcome, latency_ms = result.outcome, result.latency_ms
+        step, cut = self._action_step(sc, result)
+        records: tuple[Record, ...] = () if durable else (result,)
         if self._observers:
             self._emit(
                 ActionFinished(
@@ -717,9 +760,10 @@ class RunDriver:
             outcome = await self._grace()
             intent = sc.intent
             if outcome is not None:
-                step, cut = self._action_step(sc, outcome)
+                result = self._result(sc, outcome, 0.0)
+                step, cut = self._action_step(sc, result)
                 self._add_to_context(step, sc.reply, cut)
-                records = (ActionResult(sc.step_idx, intent.op_id, outcome, 0.0), StepWritten(step))
+                records = (result, StepWritten(step))
             else:
                 started = self._action_task is not None or sc.resumed  # it may have run
                 pending = _pending(intent, intent.replay_policy)

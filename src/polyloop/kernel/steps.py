@@ -1,4 +1,7 @@
-"""Builders for each kind of step record, exactly as the table in kernel.md §7 says."""
+"""Builders for each kind of step record, exactly as the table in kernel.md §7 says.
+
+``replaced_chars`` is the step's count of code points that were not valid Unicode in the text
+the kernel received for it (see :mod:`polyloop.kernel.text`)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ __all__ = [
 ]
 
 
-def model_failure_step(step_idx: int, prompt_chars: int, wall_ms: float) -> StepRecord:
+def model_failure_step(
+    step_idx: int, prompt_chars: int, wall_ms: float, replaced_chars: int = 0
+) -> StepRecord:
     """C: the only step with ``parse_ok=False`` and ``parse_error=None``."""
     return StepRecord(
         step_idx=step_idx,
@@ -35,6 +40,7 @@ def model_failure_step(step_idx: int, prompt_chars: int, wall_ms: float) -> Step
         prompt_chars=prompt_chars,
         llm_call_id=None,
         step_wall_ms=wall_ms,
+        replaced_chars=replaced_chars,
     )
 
 
@@ -49,6 +55,7 @@ def invalid_step(
     feedback: str,
     prompt_chars: int,
     wall_ms: float,
+    replaced_chars: int = 0,
 ) -> StepRecord:
     """D: an invalid decision; ``parse_error`` is the feedback sent to the model."""
     raw, n_text, n_reason = _reply_fields(reply)
@@ -66,6 +73,7 @@ def invalid_step(
         prompt_chars=prompt_chars,
         llm_call_id=llm_call_id,
         step_wall_ms=wall_ms,
+        replaced_chars=replaced_chars,
     )
 
 
@@ -76,6 +84,7 @@ def final_answer_step(
     prompt_chars: int,
     wall_ms: float,
     steer_feedback: str | None = None,
+    replaced_chars: int = 0,
 ) -> StepRecord:
     """E: a final answer; a steered one carries the guard's feedback as synthetic observation."""
     raw, n_text, n_reason = _reply_fields(reply)
@@ -93,6 +102,7 @@ def final_answer_step(
         prompt_chars=prompt_chars,
         llm_call_id=llm_call_id,
         step_wall_ms=wall_ms,
+        replaced_chars=replaced_chars,
     )
 
 
@@ -106,6 +116,7 @@ def action_step(
     kernel_cut: int,
     prompt_chars: int,
     wall_ms: float,
+    replaced_chars: int = 0,
 ) -> StepRecord:
     """F: executed, not executed, or env error. The observation is kept in full;
     ``observation_truncated_chars`` is PolyLoop's cut plus the tool's own."""
@@ -128,6 +139,7 @@ def action_step(
         tool_args_json=args_json,
         action_status=outcome.status,
         completed=outcome.completed,
+        replaced_chars=replaced_chars,
     )
 
 

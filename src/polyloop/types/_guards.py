@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
-from ._errors import ConfigError
+from ._errors import ConfigError, MalformedValue
 from ._step import StepRecord
 from ._values import Failure, canonical_json
 
@@ -34,9 +34,14 @@ class Complete:
 @dataclass(frozen=True, slots=True)
 class Steer:
     """A run-end guard sends the run on: ``feedback`` goes to the model as the final-answer
-    step's (synthetic) observation, and the run continues (it costs a step)."""
+    step's (synthetic) observation, and the run continues (it costs a step). ``feedback`` is
+    a str, else ``MalformedValue``."""
 
     feedback: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.feedback, str):
+            raise MalformedValue(f"Steer.feedback must be a str, got {self.feedback!r}")
 
 
 Verdict: TypeAlias = Complete | Steer

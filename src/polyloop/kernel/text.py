@@ -1,0 +1,136 @@
+"""Text from outside the run, made valid Unicode at the seam where it enters.
+
+The model, the interpreter, the environment (and a run-end guard) are the caller's code or
+talk to the outside world; what they return may hold code points that are not valid Unicode
+(lone surrogates: a JSON ``\\ud800`` escape in a reply, a non-UTF-8 file name decoded with
+``surrogateescape``, ...). No journal can write those. The kernel passes every value it gets
+back from a seam through one of these functions *before* anything records, measures or acts
+on it: each such code point becomes U+FFFD (:func:`polyloop.types.clean_text`), and the
+number replaced is recorded with the record that holds the text and summed into the step's
+``replaced_chars``. Valid text is returned as the same object, checked without a copy when it
+is ASCII: the common case costs a few ``str.isascii`` calls per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ..types import (
+    Action,
+    Decision,
+    ErrorInfo,
+    Failure,
+    FinalAnswer,
+    InvalidDecision,
+    ModelReply,
+    Outcome,
+    ToolCall,
+    canonical_json,
+    clean_json,
+    clean_text,
+)
+
+__all__ = ["clean_action", "clean_decision", "clean_error", "clean_outcome", "clean_reply"]
+
+
+def _opt(text: str | None) -> tuple[str | None, int]:
+    return (None, 0) if text is None else clean_text(text)
+
+
+def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
+    """The reply with its text, reasoning, call id and every tool call's name, id and
+    arguments (a str, or every key and string in a mapping) cleaned; the count replaced."""
+    text, n = clean_text(reply.text)
+    reasoning, k = _opt(reply.reasoning)
+    n += k
+    call_id, k = _opt(reply.call_id)
+    n += k
+    calls = reply.tool_calls
+    if calls:
+        cleaned = []
+        for c in calls:
+            name, a = clean_text(c.name)
+            cid, b = _opt(c.id)
+            args, m = clean_json(c.arguments)
+            if a or b or m:
+                n += a + b + m
+                c = ToolCall(name, args, cid)
+            cleaned.append(c)
+        if n:
+            calls = tuple(cleaned)
+    if not n:
+        return reply, 0
+    return dataclasses.replace(
+        reply, text=text, reasoning=reasoning, call_id=call_id, tool_calls=calls
+    ), n
+
+
+def clean_action(action: Action) -> tuple[Action, str | None, int]:
+    """The action with its text, tool name, call id and arguments cleaned, the canonical JSON
+    of its (cleaned) arguments (None without arguments), and the count replaced.
+
+    Raises:
+        TypeError, ValueError: the arguments are not JSON-representable (as canonical_json).
+    """
+    args: Mapping[str, Any] | None = action.arguments
+    args_json = None if args is None else canonical_json(args if type(args) is dict else dict(args))
+    text, n = clean_text(action.text)
+    tool_name, k = _opt(action.tool_name)
+    n += k
+    call_id, k = _opt(action.call_id)
+    n += k
+    # The JSON just made holds every key and string of the arguments once: when it is valid,
+    # so are they, and the arguments are not walked.
+    if args is not None and args_json is not None and clean_text(args_json)[1]:
+        args, k = clean_json(args)
+        n += k
+        args_json = canonical_json(args)  # keys may sort differently once replaced
+    if not n:
+        return action, args_json, 0
+    cleaned = dataclasses.replace(
+        action, text=text, tool_name=tool_name, arguments=args, call_id=call_id
+    )
+    return cleaned, args_json, n
+
+
+def clean_decision(decision: Decision) -> tuple[Decision, int]:
+    """A final answer's text or an invalid decision's feedback cleaned (an action: use
+    :func:`clean_action`); anything else is returned as it is, for the caller to refuse."""
+    if isinstance(decision, FinalAnswer):
+        text, n = clean_text(decision.text)
+        return (dataclasses.replace(decision, text=text), n) if n else (decision, 0)
+    if isinstance(decision, InvalidDecision):
+        feedback, n = clean_text(decision.feedback)
+        return (dataclasses.replace(decision, feedback=feedback), n) if n else (decision, 0)
+    return decision, 0
+
+
+def clean_outcome(outcome: Outcome) -> tuple[Outcome, int]:
+    """The outcome with its observation and failure fields cleaned; the count replaced."""
+    observation, n = clean_text(outcome.observation)
+    failure = outcome.failure
+    if failure is not None:
+        check, a = _opt(failure.check)
+        error_type, b = _opt(failure.error_type)
+        top_frame, c = _opt(failure.top_frame)
+        message, d = _opt(failure.message)
+        if a or b or c or d:
+            n += a + b + c + d
+            failure = Failure(check, error_type, top_frame, message)
+    if not n:
+        return outcome, 0
+    return dataclasses.replace(outcome, observation=observation, failure=failure), n
+
+
+def clean_error(info: ErrorInfo) -> tuple[ErrorInfo, int]:
+    """A model-call error's class name, message and kind cleaned; the count replaced."""
+    type_name, n = clean_text(info.type)
+    message, k = clean_text(info.message)
+    n += k
+    kind, k = clean_text(info.kind)
+    n += k
+    if not n:
+        return info, 0
+    return dataclasses.replace(info, type=type_name, message=message, kind=kind), n
