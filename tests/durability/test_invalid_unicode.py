@@ -2,7 +2,8 @@
 SQLite, PostgreSQL). Wherever outside text enters a run — the model's reply, the decision the
 interpreter decodes from it, a tool's output, a file name, an error message, guard feedback —
 each lone surrogate becomes U+FFFD, the step counts it in ``replaced_chars``, and the run ends
-as it would have; resume rebuilds the same steps and context."""
+as it would have; resume rebuilds the same steps and context. The caller's own goal, history
+and metadata are refused instead (PolyLoop does not alter them silently)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from polyloop import (
     ActionStatus,
+    ConfigError,
     EnvironmentFailure,
     Limits,
     Loop,
@@ -49,6 +51,13 @@ def encodable(step: StepRecord) -> bool:
     """Every text of the step can be written (UTF-8), as a journal writes it."""
     step.to_json().encode("utf-8")
     return True
+
+
+async def runs_in(journal: Any) -> int:
+    """How many runs the journal holds."""
+    if hasattr(journal, "list_runs"):
+        return len(await journal.list_runs())
+    return len(journal.run_ids())
 
 
 async def stored_steps(journal: Any, run_id: str) -> list[StepRecord] | None:
@@ -272,3 +281,32 @@ async def test_guard_feedback_with_a_lone_surrogate_is_replaced_and_counted(
     assert r.stop_reason == StopReason.agent_finished and r.steps_used == 2
     assert r.steps[0].observation == "cite a source \ufffd"
     assert [s.replaced_chars for s in r.steps] == [1, 0]
+
+
+# -- the caller's own input -------------------------------------------------------------------
+
+CALLER_INPUT = {
+    "goal": ({"goal": f"do {BAD}"}, "goal (code point U+D800 at index 3)"),
+    "history": (
+        {"history": [{"role": "user", "content": "a\udcffb"}]},
+        "history[0]['content'] (code point U+DCFF at index 1)",
+    ),
+    "metadata": ({"metadata": {"who": ["x", f"{BAD}"]}}, "metadata['who'][1]"),
+    "run_id": ({"run_id": f"r{BAD}"}, "run_id (code point U+D800 at index 1)"),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLER_INPUT))
+async def test_the_callers_own_text_that_is_not_valid_unicode_is_refused_unwritten(
+    name: str, every_journal: OpenJournal
+) -> None:
+    kwargs, where = CALLER_INPUT[name]
+    kwargs = {"goal": "g", **kwargs}
+    model = FunctionModel(lambda r: ModelReply("never"))
+    async with every_journal() as journal:
+        with pytest.raises(ConfigError) as info:
+            await Loop(model, journal=journal).run(**kwargs)
+        assert await runs_in(journal) == 0
+    message = str(info.value)
+    assert where in message and "not valid Unicode" in message and "\n" not in message
+    assert model.requests == []

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..seams import Context
 from ..types import (
+    ConfigError,
     JournalError,
     Limits,
     LimitsChanged,
@@ -15,11 +16,26 @@ from ..types import (
     RunResult,
     RunSpec,
     ToolSpec,
+    first_invalid,
 )
 from .replay import Replayed, replay
 from .run import KernelConfig, RunDriver, build_result, new_id
 
 __all__ = ["Kernel"]
+
+
+def _refuse_invalid_text(verb: str, **inputs: Any) -> None:
+    """The caller's own text must be valid Unicode: PolyLoop stores it as given and never
+    alters it, and no journal can store a lone surrogate. ``ConfigError`` naming the argument
+    and the bad code point otherwise, before anything is written."""
+    for name, value in inputs.items():
+        where = first_invalid(value, name)
+        if where is not None:
+            raise ConfigError(
+                f"{verb}: {where} is not valid Unicode (a lone surrogate, which no journal can "
+                "store); fix that text first (e.g. decode bytes with errors='replace'); nothing "
+                "was written"
+            )
 
 
 class Kernel:
@@ -40,8 +56,11 @@ class Kernel:
         metadata: Mapping[str, Any] | None,
     ) -> RunResult:
         cfg = self.cfg
-        tool_specs = tuple(cfg.environment.tool_specs())
         history = tuple(history)
+        _refuse_invalid_text(
+            "Loop.run", run_id=run_id, goal=goal, history=history, metadata=metadata
+        )
+        tool_specs = tuple(cfg.environment.tool_specs())
         spec = RunSpec(
             run_id=run_id if run_id is not None else new_id(),
             goal=goal,
@@ -58,6 +77,7 @@ class Kernel:
 
     async def resume(self, run_id: str, *, limits: Limits | None) -> RunResult:
         cfg = self.cfg
+        _refuse_invalid_text("Loop.resume", run_id=run_id)
         spec, records = await cfg.journal.read(run_id)
         if records and isinstance(records[-1], RunEnd):
             return self._rebuilt(spec, records)  # ended is absorbing: read only, no lease
