@@ -39,9 +39,26 @@ def _opt(text: str | None) -> tuple[str | None, int]:
     return (None, 0) if text is None else clean_text(text)
 
 
+def _ascii(text: str | None) -> bool:
+    return text is None or text.isascii()
+
+
+def _ascii_reply(reply: ModelReply) -> bool:
+    """All of the reply's text is ASCII (so valid): the common case, checked fast."""
+    if not (reply.text.isascii() and _ascii(reply.reasoning) and _ascii(reply.call_id)):
+        return False
+    for c in reply.tool_calls:
+        a = c.arguments
+        if not (type(a) is str and a.isascii() and c.name.isascii() and _ascii(c.id)):
+            return False
+    return True
+
+
 def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
     """The reply with its text, reasoning, call id and every tool call's name, id and
     arguments (a str, or every key and string in a mapping) cleaned; the count replaced."""
+    if _ascii_reply(reply):
+        return reply, 0
     text, n = clean_text(reply.text)
     reasoning, k = _opt(reply.reasoning)
     n += k
@@ -76,6 +93,13 @@ def clean_action(action: Action) -> tuple[Action, str | None, int]:
     """
     args: Mapping[str, Any] | None = action.arguments
     args_json = None if args is None else canonical_json(args if type(args) is dict else dict(args))
+    if (
+        action.text.isascii()
+        and _ascii(args_json)
+        and _ascii(action.tool_name)
+        and _ascii(action.call_id)
+    ):
+        return action, args_json, 0
     text, n = clean_text(action.text)
     tool_name, k = _opt(action.tool_name)
     n += k
@@ -111,6 +135,8 @@ def clean_outcome(outcome: Outcome) -> tuple[Outcome, int]:
     """The outcome with its observation and failure fields cleaned; the count replaced."""
     observation, n = clean_text(outcome.observation)
     failure = outcome.failure
+    if failure is None and not n:
+        return outcome, 0
     if failure is not None:
         check, a = _opt(failure.check)
         error_type, b = _opt(failure.error_type)
