@@ -60,6 +60,9 @@ class SQLiteStore:
     # test_journal_bytes_per_step_do_not_grow_with_the_history: the WAL file grows by what the
     # commits write, nothing else.
     wal_noise: tuple[float, int] = (1.2, 0)
+    # The steps (measured from the second one) whose WAL holds a copy of the run's history:
+    # SQLite rewrites the runs row when its size changes, as when the counters reach 2.
+    history_copies: tuple[int, ...] = (0,)
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -130,6 +133,7 @@ class PostgresStore(pg.Db):
     # The server's WAL position is the cluster's: other sessions (autovacuum, checkpoints) and
     # record headers add a little to each step.
     wal_noise = (1.5, 64_000)
+    history_copies: tuple[int, ...] = ()  # a new row version points at the TOASTed history
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)

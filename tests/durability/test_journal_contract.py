@@ -16,9 +16,11 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ from polyloop import (
     Usage,
 )
 from polyloop.journal import MemoryJournal
+from polyloop.journal import _state as journal_state
 from polyloop.journal._owner import host_id, new_owner
 from polyloop.testing import FakeClock, FunctionModel
 from polyloop.types import (
@@ -257,6 +260,127 @@ async def test_runs_table_counts_stop_reasons_with_plain_sql(journal_backend: St
     assert "history_json" not in budget and "version" not in budget
 
 
+def _counting_loop(
+    journal: Any, *, detach_at: int | None = None, probe: Callable[[], Any] | None = None
+) -> tuple[Loop, list[Any]]:
+    """A loop whose steps are noop (executed), nope (an unknown tool: not executed), noop, ...;
+    it detaches the run after step ``detach_at``. The list gets ``probe()`` after every step
+    (once the step's transaction has committed)."""
+    seen: list[Any] = []
+    holder: list[Loop] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, StepAppended):
+            if probe is not None:
+                seen.append(probe())
+            if event.step.step_idx == detach_at:
+                holder[0].detach(event.run_id)
+
+    model = FunctionModel(lambda r: call("nope") if r.step_idx == 1 else call("noop"))
+    tools = make_tools()
+    holder.append(
+        Loop(model, tools=tools, journal=journal, observers=[on_event], limits=Limits(max_steps=5))
+    )
+    return holder[0], seen
+
+
+def _counters(store: Store) -> Callable[[], Any]:
+    return lambda: store.sql("SELECT steps_used, actions_executed, status FROM runs")[0]
+
+
+async def test_the_runs_counters_are_current_after_every_step(journal_backend: Store) -> None:
+    store = journal_backend
+    async with store.journal() as journal:
+        loop, seen = _counting_loop(journal, detach_at=2, probe=_counters(store))
+        with pytest.raises(RunDetached):
+            await loop.run("g", run_id="r")
+        listed = (await journal.list_runs(run_id="r"))[0]
+    assert seen == [(1, 1, "running"), (2, 1, "running"), (3, 2, "running")]
+    assert store.sql("SELECT steps_used, actions_executed, owner FROM runs") == [(3, 2, None)]
+    assert (listed["steps_used"], listed["actions_executed"]) == (3, 2)
+    assert (listed["status"], listed["state"]) == ("running", "detached")
+    async with store.journal() as journal:
+        loop, seen = _counting_loop(journal, probe=_counters(store))
+        r = await loop.resume("r")
+    assert seen == [(4, 3, "running"), (5, 4, "running")]
+    assert r.stop_reason == StopReason.step_budget and (r.steps_used, r.actions_executed) == (5, 4)
+    assert store.sql("SELECT steps_used, actions_executed, status FROM runs") == [(5, 4, "ended")]
+
+
+async def test_counters_an_older_version_left_at_zero_are_counted_again_from_the_steps(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    async with store.journal() as journal:
+        loop, _ = _counting_loop(journal, detach_at=2)
+        with pytest.raises(RunDetached):
+            await loop.run("g", run_id="r")
+    store.damage("UPDATE runs SET steps_used = 0, actions_executed = 0")  # as 1.0 left them
+    async with store.journal() as journal:
+        listed = (await journal.list_runs(run_id="r"))[0]
+        assert (listed["steps_used"], listed["actions_executed"]) == (3, 2)
+        loop, seen = _counting_loop(journal, probe=_counters(store))
+        await loop.resume("r")  # taking the run over counts them again
+    assert seen == [(4, 3, "running"), (5, 4, "running")]
+
+
+async def test_the_memory_journal_lists_runs_with_live_counters_and_states() -> None:
+    journal = MemoryJournal()
+    loop, _ = _counting_loop(journal, detach_at=2)
+    with pytest.raises(RunDetached):
+        await loop.run("g", run_id="r", metadata={"k": 1})
+    [row] = await journal.list_runs()
+    assert (row["run_id"], row["status"], row["state"], row["owner"]) == (
+        "r", "running", "detached", None,
+    )  # fmt: skip
+    assert (row["steps_used"], row["actions_executed"], row["stop_reason"]) == (3, 2, None)
+    assert row["goal"] == "g" and row["metadata"] == {"k": 1} and row["limits"]["max_steps"] == 5
+    assert await journal.list_runs(status="ended") == []
+    await Loop(FunctionModel(lambda r: ModelReply("fin")), journal=journal).resume("r")
+    [row] = await journal.list_runs(run_id="r", status="ended")
+    assert (row["state"], row["stop_reason"], row["final_answer"]) == (
+        "ended", "agent_finished", "fin",
+    )  # fmt: skip
+    assert (row["steps_used"], row["actions_executed"]) == (4, 2)
+    assert await journal.list_runs(run_id="nope") == []
+
+
+_STATE_SQL = re.search(r"(SELECT run_id,.*?FROM runs)", journal_state.__doc__ or "", re.S)
+
+
+async def test_list_runs_derives_whether_a_run_is_running_detached_stale_or_ended(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    now = [1000.0]
+    async with two_journals(store, now) as (journal, _):
+        await journal.create(spec("expired"), ttl_s=10)
+        now[0] += 11
+        await journal.create(spec("running"), ttl_s=60)
+        await journal.release(await journal.create(spec("detached"), ttl_s=60))
+        ended = await journal.create(spec("ended"), ttl_s=60)
+        await journal.append(ended, [RunEnd(StopReason.agent_finished, None, "fin", 0, 0, now[0])])
+        await journal.create(spec("dead"), ttl_s=60)
+        dead = f"{host_id()}/{no_such_pid()}/12345/feedface"  # this host, no such process
+        store.sql("UPDATE runs SET owner = ? WHERE run_id = 'dead'", dead)
+        await journal.create(spec("elsewhere"), ttl_s=60)
+        other_host = f"elsewhere:1/{no_such_pid()}/12345/feedface"  # cannot be proved dead
+        store.sql("UPDATE runs SET owner = ? WHERE run_id = 'elsewhere'", other_host)
+        states = {d["run_id"]: d["state"] for d in await journal.list_runs()}
+    assert states == {
+        "expired": "stale",
+        "running": "running",
+        "detached": "detached",
+        "ended": "ended",
+        "dead": "stale",
+        "elsewhere": "running",
+    }
+    # The SQL the documentation gives agrees, except on a dead owner (only Python can tell).
+    assert _STATE_SQL is not None
+    by_sql = dict(store.sql(_STATE_SQL.group(1).replace(":now", "?"), now[0]))
+    assert by_sql == {**states, "dead": "running"}
+
+
 async def test_steps_table_has_a_column_per_step_record_field(journal_backend: Store) -> None:
     store = journal_backend
     async with store.journal() as journal:
@@ -332,8 +456,10 @@ async def test_journal_seq_is_contiguous_and_kinds_match_bodies(journal_backend:
 
 
 async def test_journal_bytes_per_step_do_not_grow_with_the_history(journal_backend: Store) -> None:
-    """A long history is written with the run and never again: the log a step writes is the
-    same whether the run carries 400 kB of (incompressible) history or none."""
+    """A long history is written with the run and, by a step, never again: the log a step
+    writes is the same whether the run carries 400 kB of (incompressible) history or none. The
+    one exception is SQLite's: it rewrites a row whose size changes, history included, and the
+    step whose counters reach 2 (their integer needs a byte more) changes the runs row's size."""
     store = journal_backend
 
     async def growth_per_step(history_chars: int) -> list[int]:
@@ -356,9 +482,11 @@ async def test_journal_bytes_per_step_do_not_grow_with_the_history(journal_backe
     with_history = await growth_per_step(400_000)
     assert len(with_history) == 11
     assert min(without + with_history) > 0  # every step was measured (no log restarted)
-    assert max(with_history) < 100_000  # a few kB per step, no history copy
+    copies = [i for i, grown in enumerate(with_history) if grown >= 100_000]
+    assert copies == list(store.history_copies)  # else a few kB per step, no history copy
+    kept = [i for i in range(len(with_history)) if i not in copies]
     factor, noise = store.wal_noise
-    assert sum(with_history) <= sum(without) * factor + noise
+    assert sum(with_history[i] for i in kept) <= sum(without[i] for i in kept) * factor + noise
 
 
 # -- leases -----------------------------------------------------------------------------------

@@ -158,6 +158,17 @@ _READ_STEPS = "SELECT * FROM steps WHERE run_id = ? ORDER BY step_idx"
 _END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?,
     final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, owner = NULL,
     lease_expires_at = NULL WHERE run_id = ?"""
+# A step's append keeps the run's counters current, in the step's transaction; matching only
+# while the writer holds the lease, it is also the append's fence (0 rows: lease lost).
+_COUNT_STEPS = """UPDATE runs SET steps_used = steps_used + ?,
+    actions_executed = actions_executed + ? WHERE run_id = ? AND owner = ?"""
+# When a run changes hands, its counters are counted again from ``steps``: a journal written
+# before they were kept current per step left them at 0 until the end.
+_RECOUNT = """UPDATE runs SET
+    steps_used = (SELECT count(*) FROM steps s WHERE s.run_id = runs.run_id),
+    actions_executed = (SELECT count(*) FROM steps s WHERE s.run_id = runs.run_id
+        AND s.action_status = 'executed')
+    WHERE run_id = ?"""
 
 
 # -- helpers ----------------------------------------------------------------------------------

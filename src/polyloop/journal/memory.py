@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..types import (
     Lease,
@@ -15,8 +16,10 @@ from ..types import (
     RunLeased,
     RunNotFound,
     RunSpec,
+    StepWritten,
 )
 from ._owner import new_owner, owner_is_dead
+from ._state import run_state
 
 __all__ = ["MemoryJournal"]
 
@@ -27,6 +30,9 @@ class _Run:
     records: list[Record] = field(default_factory=list)
     owner: str | None = None
     expires_at: float = 0.0
+    steps_used: int = 0
+    actions_executed: int = 0
+    end: RunEnd | None = None
 
 
 class MemoryJournal:
@@ -48,6 +54,25 @@ class MemoryJournal:
     def records(self, run_id: str) -> tuple[Record, ...]:
         """A run's records in ``seq`` order (seq = index + 1). Raises ``RunNotFound``."""
         return tuple(self._get(run_id).records)
+
+    async def list_runs(
+        self, *, status: str | None = None, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``), in
+        creation order, as :meth:`SQLiteJournal.list_runs` gives them: the ``runs`` columns
+        (``journal_schema_version`` None: nothing is stored) and the derived ``state``.
+        ``steps_used``/``actions_executed`` are current after every step. Read-only."""
+        now = self._clock()
+        runs = self._runs.values() if run_id is None else [self._runs.get(run_id)]
+        out = []
+        for run in runs:
+            if run is None:
+                continue
+            row = _listed(run)
+            if status is None or row["status"] == status:
+                row["state"] = run_state(row["status"], row["owner"], row["lease_expires_at"], now)
+                out.append(row)
+        return out
 
     # -- the seam ---------------------------------------------------------------------------
     async def create(self, spec: RunSpec, *, ttl_s: float) -> Lease:
@@ -78,8 +103,13 @@ class MemoryJournal:
         run = self._owned(lease)
         run.records.extend(records)
         for r in records:
-            if isinstance(r, RunEnd):
+            if isinstance(r, StepWritten):
+                run.steps_used += 1
+                run.actions_executed += r.step.action_status == "executed"
+            elif isinstance(r, RunEnd):
                 run.owner = None
+                run.end = r
+                run.steps_used, run.actions_executed = r.steps_used, r.actions_executed
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         run = self._owned(lease)
@@ -111,3 +141,25 @@ class MemoryJournal:
                 f"lease (held by {run.owner or 'nobody'}); stop without writing"
             )
         return run
+
+
+def _listed(run: _Run) -> dict[str, Any]:
+    spec, end = run.spec, run.end
+    return {
+        "run_id": spec.run_id,
+        "status": "running" if end is None else "ended",
+        "stop_reason": None if end is None else end.stop_reason.value,
+        "stop_detail": None if end is None else end.stop_detail,
+        "final_answer": None if end is None else end.final_answer,
+        "steps_used": run.steps_used,
+        "actions_executed": run.actions_executed,
+        "created_at": spec.created_at,
+        "ended_at": None if end is None else end.ended_at,
+        "owner": run.owner,
+        "lease_expires_at": None if run.owner is None else run.expires_at,
+        "wording_version": spec.wording_version,
+        "journal_schema_version": None,
+        "goal": spec.goal,
+        "limits": spec.limits.to_dict(),
+        "metadata": None if spec.metadata is None else dict(spec.metadata),
+    }

@@ -30,9 +30,11 @@ with its pid and start time). The claimed ``version`` is kept in memory for the 
 written, and ``append`` raises ``LeaseLost``. (The transaction — BEGIN, the fence, the rows,
 COMMIT — is sent in one round trip, pipelined; the fence turns "0 rows" into an error so that
 PostgreSQL skips everything after it.) The heartbeat (``renew``) moves only
-``lease_expires_at``, never ``version``; the end record's transaction also sets the end columns
-and clears the owner. ``append`` returns after the COMMIT returned (PostgreSQL's
-``synchronous_commit`` decides what "durable" means; its default flushes every commit).
+``lease_expires_at``, never ``version``. The fence also moves the run's ``steps_used`` and
+``actions_executed`` by the append's steps, so they are current after every step (as in
+SQLite); the end record's transaction also sets the end columns and clears the owner.
+``append`` returns after the COMMIT returned (PostgreSQL's ``synchronous_commit`` decides what
+"durable" means; its default flushes every commit).
 
 Group commit. The appends that only add rows (every step's; not one that ends its run or
 retries a model call, which also update rows) queued in one turn of the event loop share one
@@ -103,6 +105,7 @@ from ._sqlite_schema import (
     _steps_from_rows,
 )
 from ._sqlite_writer import _wait_uninterrupted
+from ._state import run_state
 from .sqlite import _Append, _parse_run, _prepare, _run_filters
 
 if TYPE_CHECKING:
@@ -231,16 +234,23 @@ _INSERT_RUN = f"""INSERT INTO runs (run_id, owner, lease_expires_at, version, st
     %(journal_version)s, %(wording)s, %(goal)s, %(limits)s, %(metadata)s, %(history)s)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING version"""
+# Claiming also counts the run's counters again from ``steps`` (a journal written before they
+# were kept current per step left them at 0 until the end).
 _CLAIM = f"""UPDATE runs SET owner = %(owner)s, lease_expires_at = {_NOW} + %(ttl)s,
-        version = version + 1
+        version = version + 1,
+        steps_used = (SELECT count(*) FROM steps s WHERE s.run_id = runs.run_id),
+        actions_executed = (SELECT count(*) FROM steps s WHERE s.run_id = runs.run_id
+            AND s.action_status = 'executed')
     WHERE run_id = %(run_id)s AND (owner IS NULL OR lease_expires_at IS NULL
         OR lease_expires_at <= {_NOW} OR owner = %(dead)s::text)
     RETURNING version"""
 # The fence. 0 rows (another execution owns the run) must stop the whole transaction, which is
 # sent in one round trip with the rows it guards: dividing by the row count raises
-# division_by_zero, PostgreSQL aborts the transaction and skips every statement after it.
+# division_by_zero, PostgreSQL aborts the transaction and skips every statement after it. The
+# same update moves the run's counters by the append's steps (the end record then sets them).
 _FENCE = """WITH fenced AS (
-        UPDATE runs SET version = version + 1
+        UPDATE runs SET version = version + 1, steps_used = steps_used + %(steps)s,
+            actions_executed = actions_executed + %(executed)s
         WHERE run_id = %(run_id)s AND owner = %(owner)s AND version = %(version)s
         RETURNING 1)
     SELECT 1 / (SELECT count(*) FROM fenced)::integer"""
@@ -248,9 +258,11 @@ _FENCE = """WITH fenced AS (
 # than appends (one of them fenced out) raises division_by_zero: the batch rolls back and each
 # append runs again alone, so that only the fenced-out one fails.
 _FENCE_MANY = """WITH fenced AS (
-        UPDATE runs SET version = runs.version + 1
-        FROM unnest(%(run_ids)s::text[], %(owners)s::text[], %(versions)s::bigint[])
-            AS f(run_id, owner, version)
+        UPDATE runs SET version = runs.version + 1, steps_used = runs.steps_used + f.steps,
+            actions_executed = runs.actions_executed + f.executed
+        FROM unnest(%(run_ids)s::text[], %(owners)s::text[], %(versions)s::bigint[],
+                %(steps)s::integer[], %(executed)s::integer[])
+            AS f(run_id, owner, version, steps, executed)
         WHERE runs.run_id = f.run_id AND runs.owner = f.owner AND runs.version = f.version
         RETURNING 1)
     SELECT 1 / ((SELECT count(*) FROM fenced) = %(n)s)::integer"""
@@ -289,11 +301,13 @@ _END_PENDING = _pg(_sqlite_schema._END_PENDING)
 _END_RUN = _pg(_sqlite_schema._END_RUN)
 _READ_RUN = _pg(_sqlite_schema._READ_RUN)
 _READ_RECORDS = _pg(_sqlite_schema._READ_RECORDS)
+# (A running run at 0 steps may come from a journal written before the counters were kept
+# current per step: counted from ``steps``.)
 _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
-        CASE WHEN status = 'ended' THEN steps_used
+        CASE WHEN status = 'ended' OR steps_used > 0 THEN steps_used
              ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
             AS steps_used,
-        CASE WHEN status = 'ended' THEN actions_executed
+        CASE WHEN status = 'ended' OR steps_used > 0 THEN actions_executed
              ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
                    AND s.action_status = 'executed') END AS actions_executed,
         created_at, ended_at, owner, lease_expires_at, wording_version,
@@ -595,20 +609,23 @@ class PostgresJournal:
         """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``: a list
         of one or none, read by its key), oldest first, as dicts of the ``runs`` columns
         except ``history_json`` and ``version``, with ``metadata`` and ``limits`` decoded: the
-        same shape as :meth:`SQLiteJournal.list_runs`. For a running run,
-        ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
+        same shape as :meth:`SQLiteJournal.list_runs`, ``state`` included (derived on this
+        machine's clock). ``steps_used``/``actions_executed`` are current after every step.
+        Read-only."""
         where, params = _run_filters(status, run_id, "%s")
         query = _LIST_RUNS.format(where=where)
         async with self._connection() as conn:
             cur = await conn.execute(query, params)
             names = [d.name for d in cur.description or ()]
             rows = await cur.fetchall()
+        now = self._now()[0]
         out = []
         for row in rows:
             d = dict(zip(names, row, strict=True))
             d["limits"] = json.loads(d.pop("limits_json"))
             meta = d.pop("metadata_json")
             d["metadata"] = None if meta is None else json.loads(meta)
+            d["state"] = run_state(d["status"], d["owner"], d["lease_expires_at"], now)
             out.append(d)
         return out
 
@@ -724,7 +741,13 @@ class PostgresJournal:
                 raise await self._lease_lost(conn, lease, known=False)
             version, nxt = held
             written_at = self._clock() if self._clock is not None else time.time()
-            fence = {"run_id": run_id, "owner": owner, "version": version}
+            fence = {
+                "run_id": run_id,
+                "owner": owner,
+                "version": version,
+                "steps": len(p.steps),
+                "executed": p.executed,
+            }
             try:
                 async with conn.pipeline():  # one round trip; the transaction is all or nothing
                     await conn.execute("BEGIN")
@@ -813,7 +836,14 @@ class PostgresJournal:
         """``ps`` (one per lease, none ending its run) in one transaction, or none of them."""
         written_at = self._clock() if self._clock is not None else time.time()
         held = [self._held[(p.lease.run_id, p.lease.owner)] for p in ps]
-        fence: dict[str, Any] = {"run_ids": [], "owners": [], "versions": [], "n": len(ps)}
+        fence: dict[str, Any] = {
+            "run_ids": [],
+            "owners": [],
+            "versions": [],
+            "steps": [],
+            "executed": [],
+            "n": len(ps),
+        }
         journal: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["journal"]]
         steps: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["steps"]]
         intents: list[list[Any]] = [[], [], [], []]
@@ -828,6 +858,8 @@ class PostgresJournal:
             fence["run_ids"].append(run_id)
             fence["owners"].append(p.lease.owner)
             fence["versions"].append(version)
+            fence["steps"].append(len(p.steps))
+            fence["executed"].append(p.executed)
             for i, (kind, body) in enumerate(p.rows):
                 add(journal, (run_id, nxt + i, kind, body, written_at))
             for row in p.steps:

@@ -21,11 +21,12 @@ retried), ``failed`` (the step's final failure) or ``uncertain``: the attempt's 
 (a crash between intent and result, found when the next attempt of the same intent arrives, or
 a run that ended while the call was in flight). The provider may have served and billed it.
 
-``runs.steps_used`` and ``runs.actions_executed`` are the end record's counters: they are set
-when the run ends (``status = 'ended'``). A running run's progress is in ``steps``
-(``SELECT count(*) FROM steps WHERE run_id = ?``); :meth:`SQLiteJournal.list_runs` reports it.
-Keeping them out of the per-step writes is deliberate: a step never rewrites the ``runs`` row,
-which holds the run's history (see "bytes per step" below).
+``runs.steps_used`` and ``runs.actions_executed`` are current after every step, also while the
+run is in progress or detached: a step's append moves them in its own transaction, and the end
+record's transaction sets them to the end record's counters. ``runs.status`` stays ``running``
+until the end record; whether such a run is advancing, detached or stale is told by its lease
+(``owner``, ``lease_expires_at``): :meth:`SQLiteJournal.list_runs` derives it as ``state``
+(:mod:`polyloop.journal._state` gives the SQL).
 
 Writes. One writer thread owns the write connection. A write is queued at once; the thread is
 woken once per turn of the event loop that wrote, at the end of that turn (not once per write).
@@ -35,7 +36,8 @@ if one of them fails (lease lost, a duplicate key), the transaction is rolled ba
 runs again with a SAVEPOINT per write, so the conflict fails only that call. The callers are
 answered only after ``COMMIT`` returned, with one wake-up of their event loop per batch, so a
 run proceeds only once its record is durable. Every ``append`` is fenced in its transaction: by
-``UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?`` (0 rows: the lease is no longer
+``UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?`` (a step's append: by the update
+of the counters, ``... WHERE run_id = ? AND owner = ?`` alike) (0 rows: the lease is no longer
 ours, ``LeaseLost``, nothing written), or from memory when that proves the same: this
 connection's last committed write of the run left it owned by this execution, and no other
 connection has committed since (``PRAGMA data_version``, read under the write lock). Every write
@@ -45,10 +47,13 @@ Reads run in worker threads on their own connections (WAL: readers never wait fo
 so the event loop never waits on SQLite.
 
 Bytes per step. A step's appends insert its ``journal`` rows, its ``steps`` row and its
-``model_calls`` rows, and nothing else: the fence changes no byte, so SQLite writes no page for
-it. The ``runs`` row, which holds ``history_json``, is rewritten only when the lease changes
-hands (create, acquire, release) and when the run ends (SQLite rewrites a whole row whose size
-changes); renewing a lease rewrites one page.
+``model_calls`` rows, and move the two counters of its ``runs`` row: SQLite overwrites a row of
+unchanged size in place, writing only the page that changed (the first one: the small columns
+come first), so the ``runs`` row costs one page per commit. SQLite rewrites a whole row whose
+size changes, ``history_json`` included: when the lease changes hands (create, acquire,
+release), when the run ends, and when a counter's integer needs one byte more (its value
+reaches 2, 128 or 32768), so at most three times per counter in a run's life, never at other
+steps. Renewing a lease rewrites one page.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ from ._owner import new_owner, owner_is_dead
 from ._sqlite_check import IntegrityReport, check_integrity
 from ._sqlite_damage import _Health
 from ._sqlite_schema import (
+    _COUNT_STEPS,
     _END_PENDING,
     _END_RUN,
     _INSERT_INTENT,
@@ -103,6 +109,7 @@ from ._sqlite_schema import (
     _READ_RECORDS,
     _READ_RUN,
     _READ_STEPS,
+    _RECOUNT,
     _RELEASE,
     _UPSERT_CALL,
     JOURNAL_SCHEMA_VERSION,
@@ -122,6 +129,7 @@ from ._sqlite_writer import (
     _wait_answer,
     _Writer,
 )
+from ._state import run_state
 
 if TYPE_CHECKING:
     from ..seams import Journal
@@ -197,6 +205,8 @@ class _Append:
     steps: list[tuple[Any, ...]] = field(default_factory=list)
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
     end: RunEnd | None = None
+    executed: int = 0
+    """How many of ``steps`` have ``action_status = 'executed'`` (for the run's counters)."""
 
 
 def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
@@ -247,6 +257,7 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                 )
             case StepWritten(step):
                 p.steps.append((run_id, *_step_row(step)))
+                p.executed += step.action_status == "executed"
             case RunEnd():
                 p.end = r
             case _:
@@ -258,6 +269,12 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
     def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
         run_id, owner = p.lease.run_id, p.lease.owner
         cached = seqs.get(run_id)
+        # Steps not ending the run move the run's counters, fenced (the end sets them itself).
+        counted = bool(p.steps) and p.end is None
+        if counted:
+            cur = conn.execute(_COUNT_STEPS, (len(p.steps), p.executed, run_id, owner))
+            if cur.rowcount != 1:
+                raise _lease_lost(conn, p.lease)
         if cached is not None and cached[0] == owner:
             # The fence, from memory: this connection's last committed write of the run left
             # it owned by this execution, no write of this connection changed the owner since
@@ -267,11 +284,14 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
         else:
             # The fence: it matches only while this execution holds the lease. It changes no
             # byte of the row (owner = owner), so it writes nothing and never copies the history.
-            cur = conn.execute(
-                "UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?", (run_id, owner)
-            )
-            if cur.rowcount != 1:
-                raise _lease_lost(conn, p.lease)
+            # (The counters' update above was the fence already.)
+            if not counted:
+                cur = conn.execute(
+                    "UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?",
+                    (run_id, owner),
+                )
+                if cur.rowcount != 1:
+                    raise _lease_lost(conn, p.lease)
             nxt = conn.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
@@ -501,6 +521,7 @@ class SQLiteJournal:
             if cur.rowcount != 1:  # cannot happen under the write lock; lose cleanly if it does
                 now_owner = conn.execute(_LEASE_OF, (run_id,)).fetchone()
                 raise RunLeased(run_id, str(now_owner[0]), float(now_owner[1] or 0.0))
+            conn.execute(_RECOUNT, (run_id,))
             nxt = conn.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
@@ -543,9 +564,14 @@ class SQLiteJournal:
     ) -> list[dict[str, Any]]:
         """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``: a list
         of one or none, read by its key), oldest first, as dicts of the ``runs`` columns
-        except ``history_json``, with ``metadata`` and ``limits`` decoded. For a running
-        run, ``steps_used``/``actions_executed`` are counted from ``steps``. Read-only."""
-        return await asyncio.to_thread(self._readers.run, lambda c: _list_runs(c, status, run_id))
+        except ``history_json``, with ``metadata`` and ``limits`` decoded, and ``state``: what
+        the run is doing now (``ended``, ``running``, ``detached`` or ``stale``, see
+        :mod:`polyloop.journal._state`). ``steps_used``/``actions_executed`` are current
+        after every step. Read-only."""
+        now = self._clock()
+        return await asyncio.to_thread(
+            self._readers.run, lambda c: _list_runs(c, status, run_id, now)
+        )
 
     async def steps(self, run_id: str) -> list[StepRecord]:
         """A run's step records from the ``steps`` table, by ``step_idx``. Read-only.
@@ -688,15 +714,17 @@ def _run_filters(
 
 
 def _list_runs(
-    conn: sqlite3.Connection, status: str | None, run_id: str | None
+    conn: sqlite3.Connection, status: str | None, run_id: str | None, now: float
 ) -> list[dict[str, Any]]:
     where, params = _run_filters(status, run_id, "?")
+    # A running run still at 0 steps may come from a journal written before the counters were
+    # kept current per step: counted from ``steps`` (nothing to count for a new run).
     cur = conn.execute(
         f"""SELECT run_id, status, stop_reason, stop_detail, final_answer,
-            CASE WHEN status = 'ended' THEN steps_used
+            CASE WHEN status = 'ended' OR steps_used > 0 THEN steps_used
                  ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
                 AS steps_used,
-            CASE WHEN status = 'ended' THEN actions_executed
+            CASE WHEN status = 'ended' OR steps_used > 0 THEN actions_executed
                  ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
                        AND s.action_status = 'executed') END AS actions_executed,
             created_at, ended_at, owner, lease_expires_at, wording_version,
@@ -711,6 +739,7 @@ def _list_runs(
         d["limits"] = json.loads(d.pop("limits_json"))
         meta = d.pop("metadata_json")
         d["metadata"] = None if meta is None else json.loads(meta)
+        d["state"] = run_state(d["status"], d["owner"], d["lease_expires_at"], now)
         out.append(d)
     return out
 
