@@ -72,8 +72,8 @@ def test_batch_names_the_bad_line_and_writes_nothing(
     assert not (tmp_path / "j.db").exists()
     write_goals(tmp_path / "goals.jsonl", "a")
     bad = cli(*batch_args(fake, "--backend", "spark"))
-    assert_one_line_error(bad)
-    assert "--backend takes local or ray" in bad.err
+    assert_one_line_error(bad, code=2)  # a usage error
+    assert "'--backend': 'spark' is not one of 'local', 'ray'." in bad.err
 
 
 def test_recover_finishes_the_runs_of_a_killed_batch(

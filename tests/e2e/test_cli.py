@@ -20,10 +20,11 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from polyloop import StepRecord
+from polyloop import StepRecord, StopReason
 from polyloop.journal import SQLiteJournal
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
@@ -240,8 +241,10 @@ async def empty_journal(path: Path) -> None:
         await journal.aclose()
 
 
-def assert_one_line_error(done: Done) -> None:
-    assert done.code == 1, done
+def assert_one_line_error(done: Done, code: int = 1) -> None:
+    """Exit ``code`` (1: bad input, 2: a usage error) with one ``polyloop: ...`` line on
+    stderr and no traceback."""
+    assert done.code == code, done
     assert "Traceback" not in done.err, done
     assert "Traceback" not in done.out, done
     lines = done.err.strip().splitlines()
@@ -451,6 +454,24 @@ def test_bad_input_is_one_line_and_exit_1(
     assert fake.requests == []  # none of the bad commands reached the model
 
 
+def test_unknown_values_of_enumerated_options_are_usage_errors_listing_the_known_ones(
+    cli: CLI, tmp_path: Path
+) -> None:
+    asyncio.run(empty_journal(tmp_path / "j.db"))
+    reason, fmt, option = cli.many(
+        ("runs", "--journal", "j.db", "--stop-reason", "bogus"),
+        ("export", "--journal", "j.db", "--format", "csv"),
+        ("runs", "--journal", "j.db", "--bogus"),
+    )
+    for done in (reason, fmt, option):
+        assert_one_line_error(done, code=2)
+    known = ", ".join(repr(str(r)) for r in StopReason)  # every member, in their order
+    assert f"'--stop-reason': 'bogus' is not one of {known}." in reason.err, reason
+    assert reason.err.rstrip().endswith("(see polyloop runs --help)"), reason
+    assert "'--format': 'csv' is not one of 'jsonl', 'parquet'." in fmt.err, fmt
+    assert "No such option: --bogus" in option.err, option
+
+
 # --- Ctrl-C ----------------------------------------------------------------------------------
 
 
@@ -641,3 +662,60 @@ def test_a_reply_with_lone_surrogate_escapes_ends_normally_in_one_line(
     assert steps[0].llm_call_id == "chatcmpl-\ufffd" and steps[0].tool_name == "read_file"
     assert steps[0].replaced_chars > 0 and steps[1].replaced_chars == 1
     assert steps[1].raw_response == "The note is gone \ufffd."
+
+
+# --- help and documentation ------------------------------------------------------------------
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+
+
+def _commands() -> list[tuple[list[str], Any]]:
+    from typer.main import get_command
+
+    from polyloop.cli.app import app
+
+    root = get_command(app)
+    return [([], root), *(([name], cmd) for name, cmd in root.commands.items())]  # type: ignore[attr-defined]
+
+
+def _help(args: list[str]) -> str:
+    from typer.testing import CliRunner
+
+    from polyloop.cli.app import app
+
+    result = CliRunner().invoke(app, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_every_help_text_shows_its_brackets_and_install_hints_as_written() -> None:
+    seen: set[str] = set()
+    for args, command in _commands():
+        texts = [command.help or "", command.epilog or ""]
+        texts += [getattr(p, "help", None) or "" for p in command.params]
+        bracketed = {" ".join(m.split()) for t in texts for m in re.findall(r"\S*\[[^\]]*\]\S*", t)}
+        shown = " ".join(_help(args).split())
+        for text in bracketed:
+            assert text in shown, (args, text, shown)
+        seen |= bracketed
+    assert {"'polyloop[ray]').", "'polyloop[parquet]')."} <= seen  # not vacuous
+    assert "pip install 'polyloop[ray]'" in " ".join(_help(["batch"]).split())
+
+
+def test_the_readme_and_help_list_every_exit_code_the_command_uses() -> None:
+    from polyloop.cli._exit import EXIT_BY_REASON, MEANINGS, ExitCode
+
+    section = README.split("Exit codes", 1)[1].split("\n\n", 2)[1]
+    documented = dict(re.findall(r"^\| `(\d+)` \| (.+?) \|$", section, flags=re.M))
+    assert documented == {str(int(code)): MEANINGS[code] for code in ExitCode}
+    assert set(EXIT_BY_REASON) == {str(r) for r in StopReason}  # every stop reason has one
+    shown = _help([])
+    for code in ExitCode:
+        assert f"{int(code):>3}  {MEANINGS[code]}" in shown
+
+
+def test_every_command_is_documented_in_the_readme_and_has_help_with_an_example() -> None:
+    for args, command in _commands()[1:]:
+        name = args[0]
+        assert f"polyloop {name}" in README, name
+        assert f"Example: polyloop {name}" in (command.help or ""), name

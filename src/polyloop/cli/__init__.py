@@ -19,4 +19,4 @@ def main() -> None:
             )
             raise SystemExit(1) from None
         raise
-    app()
+    app(prog_name="polyloop")

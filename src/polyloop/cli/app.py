@@ -1,64 +1,96 @@
 """The ``polyloop`` command: each command parses, makes one library call, and renders.
 
-Exit codes (documented in the README):
-
-====  =====================================================================================
-0     ``task_completed``, ``agent_finished``
-3     a budget stop: ``step_budget``, ``action_budget``, ``context_overflow``
-4     an error stop: ``llm_error``, ``env_error``, ``parse_failed_repeatedly``
-5     needs a human, do not retry: ``resume_state_unknown`` (and ``repeated_failure``)
-6     a stop reason this version does not know
-130   cancelled or detached (Ctrl-C)
-1     bad input (one line on stderr, never a traceback)
-8     ``polyloop check``: the journal file is damaged
-====  =====================================================================================
+Exit codes: the table in :mod:`._exit` (``polyloop --help`` and the README list it). Help
+texts are plain text, never Rich markup, so ``pip install 'polyloop[ray]'`` shows as written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
-from polyloop import EscalationReport, PolyLoopError, RunDetached, RunResult
+from polyloop import EscalationReport, PolyLoopError, RunDetached, RunResult, StopReason
 from polyloop.types import RunEnd
 
 from . import _render
-from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, build_loop, open_journal, run_config
+from ._exit import ExitCode, epilog, exit_code
+from ._setup import (
+    DEFAULT_JOURNAL,
+    JOURNAL_ENV,
+    BadInput,
+    build_loop,
+    open_journal,
+    run_config,
+)
 
 T = TypeVar("T")
+
+
+# Click's exceptions, from the click typer runs on (its own copy in recent versions).
+_errors: Any = importlib.import_module(typer.BadParameter.__module__)
+_NO_ARGS_IS_HELP: Any = getattr(_errors, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class _Group(TyperGroup):
+    """The root command. A usage error (unknown command or option, a missing argument, a value
+    of the wrong type or not among the known ones) is one line on stderr naming the help to
+    read, exit code 2 (``ExitCode.USAGE``); ``polyloop`` alone prints the help."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:
+            exc.show()
+            code = ExitCode.USAGE
+        except _errors.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "polyloop"
+            # Typer words a value outside an option's choices as pydantic does: drop that.
+            message = exc.format_message().replace(": Value error, ", ": ")
+            print(f"polyloop: {message} (see {where} --help)", file=sys.stderr)
+            code = ExitCode.USAGE
+        except _errors.ClickException as exc:
+            print(f"polyloop: {exc.format_message()}", file=sys.stderr)
+            code = exc.exit_code
+        except _errors.Abort:
+            print("polyloop: aborted", file=sys.stderr)
+            code = ExitCode.BAD_INPUT
+        code = int(code or 0)
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
 
 app = typer.Typer(
     name="polyloop",
     help="Run, resume and inspect agent runs. New here? Run: polyloop demo",
+    epilog=epilog(),
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain: "[ray]" is text, not a Rich style
 )
 
-EXIT_BY_REASON = {
-    "task_completed": 0,
-    "agent_finished": 0,
-    "step_budget": 3,
-    "action_budget": 3,
-    "context_overflow": 3,
-    "llm_error": 4,
-    "env_error": 4,
-    "parse_failed_repeatedly": 4,
-    "resume_state_unknown": 5,
-    "repeated_failure": 5,
-    "cancelled": 130,
-}
-EXIT_UNKNOWN_REASON = 6
-EXIT_INTERRUPTED = 130
-EXIT_BAD_INPUT = 1
+EXIT_UNKNOWN_REASON = ExitCode.UNKNOWN_REASON
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+EXIT_BAD_INPUT = ExitCode.BAD_INPUT
 
 JournalOpt = Annotated[
     Path | None,
@@ -81,11 +113,6 @@ BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compa
 MaxStepsOpt = Annotated[int, typer.Option("--max-steps")]
 MaxActionsOpt = Annotated[int | None, typer.Option("--max-actions")]
 MaxPromptCharsOpt = Annotated[int | None, typer.Option("--max-prompt-chars")]
-
-
-def exit_code(stop_reason: str) -> int:
-    """The process exit code for a stop reason."""
-    return EXIT_BY_REASON.get(str(stop_reason), EXIT_UNKNOWN_REASON)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -229,11 +256,15 @@ def _on_ctrl_c(loop: Any, run_id: str, task: asyncio.Future[Any], printer: Any) 
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, handler)
 
 
+_STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
+
+
 @app.command()
 def runs(
     journal: JournalOpt = None,
     stop_reason: Annotated[
-        str | None, typer.Option("--stop-reason", help="Only runs that stopped for this.")
+        StopReason | None,
+        typer.Option("--stop-reason", metavar="REASON", help=_STOP_REASON_HELP),
     ] = None,
     since: Annotated[
         str | None, typer.Option("--since", help="Only runs created on/after YYYY-MM-DD.")
@@ -302,7 +333,10 @@ def stats(journal: JournalOpt = None) -> None:
 @app.command()
 def export(
     journal: JournalOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet.")] = "jsonl",
+    fmt: Annotated[
+        Literal["jsonl", "parquet"],
+        typer.Option("--format", help="jsonl, or parquet (needs pip install 'polyloop[parquet]')."),
+    ] = "jsonl",
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")
     ] = None,
@@ -315,8 +349,6 @@ def export(
 
     Example: polyloop export --format jsonl -o steps.jsonl
     """
-    if fmt not in ("jsonl", "parquet"):
-        raise _fail(f"unknown format {fmt!r}: use jsonl or parquet")
     if fmt == "parquet" and output is None:
         raise _fail("parquet needs an output file: -o steps.parquet")
 
@@ -414,14 +446,14 @@ def report(
 
 # -- many runs: `polyloop batch` and `polyloop recover` (a caller of polyloop.batch) ----------
 
-EXIT_NOT_ALL_ENDED = 7
+EXIT_NOT_ALL_ENDED = ExitCode.NOT_ALL_ENDED
 
 BatchJournalOpt = Annotated[
     str | None,
     typer.Option(
         "--journal",
-        help=f"SQLite journal file, or a postgresql:// URI (default: ${JOURNAL_ENV} or "
-        f"./{DEFAULT_JOURNAL}).",
+        help=f"SQLite journal file, or a postgresql:// URI (needs pip install "
+        f"'polyloop[postgres]'; default: ${JOURNAL_ENV} or ./{DEFAULT_JOURNAL}).",
     ),
 ]
 
@@ -560,7 +592,7 @@ def batch(
     max_prompt_chars: MaxPromptCharsOpt = None,
     journal: BatchJournalOpt = None,
     backend: Annotated[
-        str,
+        Literal["local", "ray"],
         typer.Option(
             "--backend", help="local (this process) or ray (pip install 'polyloop[ray]')."
         ),
@@ -572,15 +604,13 @@ def batch(
     the same command skips the runs that ended and finishes the rest.
 
     Exit codes: 0 every run ended (whatever its stop reason), 7 some did not (listed; re-run to
-    continue), 130 interrupted (runs detached, resumable), 1 bad input.
+    continue), 130 interrupted (runs detached, resumable), 1 bad input, 2 usage error.
 
     Example: polyloop batch goals.jsonl --model openai:gpt-4o-mini --workspace . --concurrency 16
     """
     from polyloop import Limits
     from polyloop.batch import Goal, GoalFileError, load_goals, run_batch
 
-    if backend not in ("local", "ray"):
-        raise _fail(f"--backend takes local or ray, got {backend!r}")
     if concurrency < 1:
         raise _fail(f"--concurrency must be at least 1, got {concurrency}")
     try:
@@ -619,7 +649,7 @@ def batch(
             goals,
             functools.partial(batch_loop, config),
             concurrency=concurrency,
-            backend="ray" if backend == "ray" else "local",
+            backend=backend,
             limits=Limits.from_dict(config["limits"]),
             on_progress=progress,
         )
@@ -660,7 +690,7 @@ def recover(
     run`/`batch` are rebuilt from their stored model and tools; others use --model/--workspace.
 
     Exit codes: 0 every run found has ended or is live elsewhere, 7 some could not be resumed
-    (listed), 1 bad input.
+    (listed), 1 bad input, 2 usage error.
 
     Example: polyloop recover --journal polyloop.db --older-than 60
     """
@@ -749,7 +779,7 @@ def recover(
 
 # -- the journal file: `polyloop check` -------------------------------------------------------
 
-EXIT_DAMAGED = 8
+EXIT_DAMAGED = ExitCode.DAMAGED
 
 
 @app.command()
