@@ -9,12 +9,14 @@ and exit code only. The model is the real ``openai`` SDK talking to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import shlex
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -241,6 +243,12 @@ async def empty_journal(path: Path) -> None:
         await journal.aclose()
 
 
+def sql(path: Path, query: str) -> list[tuple[Any, ...]]:
+    """A query on a journal file, with plain sqlite3 (as downstream SQL reads it)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute(query).fetchall()
+
+
 def assert_one_line_error(done: Done, code: int = 1) -> None:
     """Exit ``code`` (1: bad input, 2: a usage error) with one ``polyloop: ...`` line on
     stderr and no traceback."""
@@ -281,7 +289,7 @@ def test_demo_runs_both_scenes_and_its_inspect_commands_work(cli: CLI, tmp_path:
     rows = runs_rows(listed.out)
     assert rows[run_id]["stop_reason"] == "task_completed", listed
     assert rows[crashed.group(1)]["stop_reason"] == "task_completed", listed  # resumed
-    assert {r["status"] for r in rows.values()} == {"ended"}, listed
+    assert {r["state"] for r in rows.values()} == {"ended"}, listed
 
     assert shown.code == 0, shown
     assert f"run {run_id}  ended  task_completed" in shown.out, shown
@@ -333,7 +341,7 @@ def test_run_against_fake_server_then_inspect(
 
     assert list(runs_rows(finished.out)) == [run_id], finished
     row = runs_rows(finished.out)[run_id]
-    assert (row["status"], row["stop_reason"], row["steps"], row["actions"]) == (
+    assert (row["state"], row["stop_reason"], row["steps"], row["actions"]) == (
         "ended",
         "agent_finished",
         "2",
@@ -497,8 +505,10 @@ def test_ctrl_c_detaches_and_the_run_resumes(
     listed = cli("runs", "--journal", "j.db")
     assert listed.code == 0, listed
     row = runs_rows(listed.out)[run_id]
-    assert row["status"] == "running" and row["stop_reason"] == "", listed  # no end record
-    assert row["steps"] == "2", listed
+    assert row["state"] == "detached" and row["stop_reason"] == "", listed  # no end record
+    assert (row["steps"], row["actions"]) == ("2", "2"), listed
+    counted = sql(cli.cwd / "j.db", "SELECT status, owner, steps_used, actions_executed FROM runs")
+    assert counted == [("running", None, 2, 2)]  # the counters are current in SQL too
 
     fake.script(completion("All read.", id="chatcmpl-3"))
     resumed = cli(*shlex.split(resume_cmd.group(1)))
@@ -530,7 +540,50 @@ def test_ctrl_c_twice_cancels(
     listed = cli("runs", "--journal", "j.db", "--stop-reason", "cancelled")
     assert listed.code == 0, listed
     row = runs_rows(listed.out)[run_id]
-    assert row["status"] == "ended" and row["stop_reason"] == "cancelled", listed
+    assert row["state"] == "ended" and row["stop_reason"] == "cancelled", listed
+
+
+# --- what a run shows: each step's own time, the run's state --------------------------------------
+
+
+def test_progress_and_show_give_each_steps_own_time_in_labelled_columns(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    fake.script(read_call(n=1), read_call(n=2), completion("Read twice.", id="chatcmpl-3"))
+    done = cli(*run_args(fake, workspace))
+    assert done.code == 0, done
+    run_id = run_id_of(done.out)
+    steps = asyncio.run(steps_of(cli.cwd / "j.db", run_id))
+    assert len(steps) == 3
+    lines = done.out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    assert lines[header].split() == ["step", "action", "status", "step", "time"], done
+    shown = [
+        re.fullmatch(r"step +(\d+)  .*  (\S+) +([\d.]+) ms", line)
+        for line in lines[header + 1 : header + 4]
+    ]
+    assert all(shown), done
+    for match, step in zip(shown, steps, strict=True):
+        assert match is not None
+        assert int(match.group(1)) == step.step_idx
+        assert match.group(3) == f"{step.step_wall_ms:.1f}", (done, step.step_wall_ms)
+
+    table = cli("show", run_id, "--journal", "j.db")
+    assert table.code == 0, table
+    cols = "step\taction\tstatus\tobservation\tprompt (chars)\ttime (ms)"
+    rows = table.out.split(cols + "\n", 1)[1].splitlines()[:3]
+    for row, step in zip(rows, steps, strict=True):
+        cells = row.split("\t")
+        assert (cells[0], cells[4], cells[5]) == (
+            str(step.step_idx),
+            str(step.prompt_chars),
+            f"{step.step_wall_ms:.0f}",
+        ), table
+
+
+async def steps_of(path: Path, run_id: str) -> list[StepRecord]:
+    async with SQLiteJournal(path) as journal:
+        return await journal.steps(run_id)
 
 
 # --- the journal file: damaged, read-only ----------------------------------------------------
@@ -712,6 +765,14 @@ def test_the_readme_and_help_list_every_exit_code_the_command_uses() -> None:
     shown = _help([])
     for code in ExitCode:
         assert f"{int(code):>3}  {MEANINGS[code]}" in shown
+
+
+def test_the_readme_gives_the_sql_of_a_runs_state_as_the_journals_document_it() -> None:
+    from polyloop.journal import _state
+
+    tested = re.search(r"(SELECT run_id,.*?FROM runs)", _state.__doc__ or "", re.S)
+    assert tested is not None  # tests/durability/test_journal_contract.py runs this one
+    assert " ".join(tested.group(1).split()) in " ".join(README.split())
 
 
 def test_every_command_is_documented_in_the_readme_and_has_help_with_an_example() -> None:

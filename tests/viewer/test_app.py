@@ -4,16 +4,19 @@ sorting, pagination, capping, live state, and what is never allowed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
-from polyloop import Loop, ModelReply
+from polyloop import Limits, Loop, ModelReply
 from polyloop.cli.view import ViewerApp, make_app
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import ScriptedModel
+from polyloop.types import RunSpec
 from tests.viewer.conftest import BIG_OBSERVATION, LONG_STEPS
 from tests.viewer.journal_factory import ALL_REASONS, MARKERS, call, tools
 from tests.viewer.wsgi import get
@@ -35,7 +38,7 @@ def test_runs_list_shows_every_run_with_its_stop_reason(app: ViewerApp) -> None:
     assert {"run-paused", "run-long", "run-bigobs"} <= set(ids)
     for reason in ALL_REASONS:
         assert f'data-reason="{reason}">{reason}</span>' in r.text
-    assert "paused (resumable)" in r.text
+    assert "detached (resumable)" in r.text
 
 
 @pytest.mark.parametrize("reason", ALL_REASONS)
@@ -52,7 +55,12 @@ def test_filter_by_several_stop_reasons_keeps_any_of_them(app: ViewerApp) -> Non
 
 @pytest.mark.parametrize(
     ("state", "expected"),
-    [("paused", {"run-paused"}), ("running", {"run-paused"}), ("live", set())],
+    [
+        ("detached", {"run-paused"}),
+        ("running", {"run-paused"}),
+        ("live", set()),
+        ("stale", set()),
+    ],
 )
 def test_filter_by_state(app: ViewerApp, state: str, expected: set[str]) -> None:
     assert set(run_ids(get(app, f"/?state={state}").text)) == expected
@@ -310,6 +318,27 @@ async def test_a_run_in_progress_is_live(tmp_path: Path) -> None:
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_unended_runs_are_shown_live_detached_or_stale(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    async with SQLiteJournal(path) as journal:
+        for run_id in ("held", "expired", "left"):
+            lease = await journal.create(
+                RunSpec(run_id, f"goal {run_id}", Limits(), 1.0), ttl_s=600
+            )
+        await journal.release(lease)  # "left": detached
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # its owner stopped renewing
+        conn.execute("UPDATE runs SET lease_expires_at = 1 WHERE run_id = 'expired'")
+    with make_app(path) as viewer:
+        listing = get(viewer, "/").text
+        for run_id, state in (("held", "live"), ("expired", "stale"), ("left", "detached")):
+            assert f'<tr data-run="{run_id}" data-state="{state}"' in listing
+            assert run_ids(get(viewer, f"/?state={state}").text) == [run_id]
+        assert "stale (resumable)" in listing and "detached (resumable)" in listing
+        assert "its owner is gone" in get(viewer, "/runs/expired").text
+        assert "nobody is advancing it" in get(viewer, "/runs/left").text
+        assert get(viewer, "/api/runs/expired").json()["state"] == "stale"
 
 
 # --- stats -----------------------------------------------------------------------------------

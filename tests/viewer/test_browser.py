@@ -152,7 +152,7 @@ def test_runs_list_shows_a_run_of_every_stop_reason(tab: Page, shots: Path) -> N
         badges = page.locator(f'#runs-body .badge[data-reason="{reason}"]')
         assert badges.count() == (3 if reason == "agent_finished" else 1), reason
         assert badges.first.is_visible()
-    assert page.locator("#runs-body .badge.state-paused").count() == 1
+    assert page.locator("#runs-body .badge.state-detached").count() == 1
     tab.shot(shots, "runs")
 
 

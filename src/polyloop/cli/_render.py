@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from polyloop import EscalationReport, RunResult, StepRecord
 from polyloop.events import ActionStarted, Event, RunEnded, StepAppended
@@ -31,24 +33,33 @@ def _short(text: str | None, width: int = 48) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+PROGRESS_HEADER = f"{'step':<8}  {'action':<44}  {'status':<12} {'step time':>12}"
+
+
 class Progress:
-    """An observer drawing one line per step (step number, tool, status, elapsed)."""
+    """An observer drawing one line per step under a header naming the columns: the step
+    number, its action (or answer), the action's status, and the step's own time
+    (``step_wall_ms``: model call, interpretation and execution), in milliseconds."""
 
     def __init__(self) -> None:
-        self.started = time.monotonic()
+        self.headed = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ActionStarted) and not _plain():
-            console.print(f"[dim]  step {event.step_idx}  {event.tool_name or ''} …[/dim]")
+            tool = escape(event.tool_name or "")
+            console.print(f"[dim]  step {event.step_idx}  {tool} …[/dim]")
         elif isinstance(event, StepAppended):
             s = event.step
             status = s.action_status or ("invalid" if not s.parse_ok else "answer")
             what = s.action or s.parse_error
             if what is None and s.parse_ok:
                 what = "final answer: " + s.raw_response
+            if not self.headed:
+                self.headed = True
+                self.line(PROGRESS_HEADER)
             self.line(
                 f"step {s.step_idx:>3}  {_short(what or '(model call failed)', 44):<44}  "
-                f"{status:<12} {time.monotonic() - self.started:7.1f}s"
+                f"{status:<12} {s.step_wall_ms:>9.1f} ms"
             )
         elif isinstance(event, RunEnded):
             self.line(f"stopped: {event.stop_reason}")
@@ -92,12 +103,14 @@ def filter_runs(
 
 
 def runs_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["run_id", "created", "status", "stop_reason", "steps", "actions", "goal"]
+    """One line per run; ``state`` is the journal's derived state (running, detached, stale,
+    ended), the counters are current while a run is in progress."""
+    cols = ["run_id", "created", "state", "stop_reason", "steps", "actions", "goal"]
     data = [
         [
             r["run_id"],
             _when(r["created_at"]),
-            r["status"],
+            r.get("state", r["status"]),
             r["stop_reason"] or "",
             str(r["steps_used"]),
             str(r["actions_executed"]),
@@ -108,12 +121,16 @@ def runs_table(rows: list[dict[str, Any]]) -> None:
     _table(cols, data, title=f"{len(rows)} runs")
 
 
+SHOW_COLUMNS = ["step", "action", "status", "observation", "prompt (chars)", "time (ms)"]
+
+
 def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
-    print(f"run {run['run_id']}  {run['status']}  {run['stop_reason'] or ''}")
+    """The run's state and stop reason, then a row per step; ``time (ms)`` is the step's own
+    ``step_wall_ms``."""
+    print(f"run {run['run_id']}  {run.get('state', run['status'])}  {run['stop_reason'] or ''}")
     print(f"goal: {_short(run['goal'], 100)}")
     if run.get("stop_detail"):
         print(f"detail: {run['stop_detail']}")
-    cols = ["step", "action", "status", "observation", "prompt", "ms"]
     data = [
         [
             str(s.step_idx),
@@ -125,7 +142,7 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
         ]
         for s in steps
     ]
-    _table(cols, data)
+    _table(SHOW_COLUMNS, data)
     if run.get("final_answer"):
         print(f"answer: {run['final_answer']}")
 
@@ -228,5 +245,5 @@ def _table(cols: list[str], data: list[list[str]], title: str | None = None) -> 
     for c in cols:
         table.add_column(c, overflow="fold")
     for row in data:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # cells are text, never Rich markup
     console.print(table)

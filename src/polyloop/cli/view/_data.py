@@ -54,8 +54,11 @@ class RunRow:
     run_id: str
     status: str
     """``running`` or ``ended`` (the journal's)."""
-    live: bool
-    """Running with a lease that has not expired: some process is advancing it now."""
+    state: str
+    """``ended``, ``live`` (some process is advancing it now: the journal's ``running``),
+    ``detached`` (not ended, nobody holds it: resumable) or ``stale`` (not ended, its owner's
+    lease expired or its owner is dead: resumable), as the journal's ``list_runs()`` derives
+    it."""
     stop_reason: str | None
     stop_detail: str | None
     final_answer: str | None
@@ -68,12 +71,9 @@ class RunRow:
     limits: dict[str, Any]
 
     @property
-    def state(self) -> str:
-        """``ended``, ``live`` (in progress) or ``paused`` (running, nobody holds it: detached
-        or interrupted, resumable)."""
-        if self.status == "ended":
-            return "ended"
-        return "live" if self.live else "paused"
+    def live(self) -> bool:
+        """Some process is advancing the run now."""
+        return self.state == "live"
 
     def duration_s(self, now: float) -> float:
         """Seconds from creation to the end (to ``now`` while in progress)."""
@@ -82,16 +82,23 @@ class RunRow:
 
     def token(self) -> tuple[Any, ...]:
         """Changes whenever the run's shown state does."""
-        return (self.status, self.steps_used, self.actions_executed, self.stop_reason, self.live)
+        return (self.status, self.steps_used, self.actions_executed, self.stop_reason, self.state)
 
 
 def run_row(d: dict[str, Any], now: float) -> RunRow:
-    expires = d.get("lease_expires_at")
-    live = d["status"] != "ended" and d.get("owner") is not None and (expires or 0.0) > now
+    state = d.get("state")
+    if state is None:  # a journal that does not derive it: from the lease alone
+        expires = d.get("lease_expires_at")
+        if d["status"] != "running":
+            state = d["status"]
+        elif d.get("owner") is None:
+            state = "detached"
+        else:
+            state = "running" if (expires or 0.0) > now else "stale"
     return RunRow(
         run_id=d["run_id"],
         status=d["status"],
-        live=live,
+        state="live" if state == "running" else str(state),
         stop_reason=d.get("stop_reason"),
         stop_detail=d.get("stop_detail"),
         final_answer=d.get("final_answer"),

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from ._data import RunRow
 
 SORTS = ("created", "steps", "actions", "duration", "stop_reason")
-STATES = ("ended", "live", "paused", "running")
+STATES = ("ended", "live", "detached", "stale", "running")
 RUNS_PER_PAGE = 200
 
 
@@ -25,7 +25,8 @@ class Query:
     reasons: tuple[str, ...] = ()
     """Only runs that stopped for one of these (empty: any)."""
     state: str | None = None
-    """``ended``, ``live`` (in progress now), ``paused`` (resumable) or ``running`` (not ended)."""
+    """``ended``, ``live`` (in progress now), ``detached`` or ``stale`` (resumable, see
+    :attr:`RunRow.state`), or ``running`` (not ended: any of the three before)."""
     since: str | None = None
     """YYYY-MM-DD: created on or after that day (local time)."""
     until: str | None = None

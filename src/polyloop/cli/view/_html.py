@@ -65,7 +65,11 @@ def short(text: str | None, width: int = 80) -> str:
 
 def badge(reason: str | None, *, state: str = "ended") -> str:
     if reason is None:
-        label = {"live": "in progress", "paused": "paused (resumable)"}.get(state, state)
+        label = {
+            "live": "in progress",
+            "detached": "detached (resumable)",
+            "stale": "stale (resumable)",
+        }.get(state, state)
         return f'<span class="badge state-{esc(state)}">{esc(label)}</span>'
     cls = REASON_CLASS.get(reason, "unknown")
     return f'<span class="badge reason-{cls}" data-reason="{esc(reason)}">{esc(reason)}</span>'

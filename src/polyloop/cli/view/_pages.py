@@ -120,7 +120,8 @@ def _filter_form(query: Query, action: str, reasons: Sequence[str]) -> str:
             ("ended", "ended"),
             ("running", "not ended"),
             ("live", "in progress"),
-            ("paused", "paused (resumable)"),
+            ("detached", "detached (resumable)"),
+            ("stale", "stale: owner gone (resumable)"),
         ]
     )
     meta = " & ".join(k if v is None else f"{k}={v}" for k, v in query.meta)
@@ -180,7 +181,7 @@ def runs_tbody(rows: Sequence[RunRow], now: float) -> str:
 
 
 def _run_duration(r: RunRow, now: float) -> str:
-    return "—" if r.state == "paused" else duration(r.duration_s(now))
+    return "—" if r.state in ("detached", "stale") else duration(r.duration_s(now))
 
 
 def rows_version(rows: Sequence[RunRow]) -> str:
@@ -528,7 +529,11 @@ def _ending(detail: RunDetail, d: Disclosure) -> str:
     run = detail.run
     parts: list[str] = []
     if run.status != "ended":
-        state = "in progress" if run.live else "not ended (paused or interrupted: resumable)"
+        state = {
+            "live": "in progress",
+            "detached": "not ended, nobody is advancing it (detached or interrupted: resumable)",
+            "stale": "not ended, its owner is gone (lease expired or process dead: resumable)",
+        }.get(run.state, "not ended")
         parts.append(f"<p>Run {badge(None, state=run.state)} — {esc(state)}.</p>")
         if detail.in_flight:
             parts.append(f'<p class="in-flight">In flight: {esc(detail.in_flight)}</p>')
