@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from polyloop import StepRecord, StopReason
+from polyloop import Limits, StepRecord, StopReason
 from polyloop.journal import SQLiteJournal
+from polyloop.types import RunSpec
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Received,
@@ -480,6 +481,32 @@ def test_unknown_values_of_enumerated_options_are_usage_errors_listing_the_known
     assert "No such option: --bogus" in option.err, option
 
 
+def test_a_run_that_cannot_start_leaves_no_journal_file(
+    cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
+) -> None:
+    remote = ("--model", "openai:gpt-x", "--base-url", "https://models.example.invalid/v1")
+    where = ("--workspace", str(workspace), "--tools", "files")
+    cases = {
+        "no API key for a remote server": (("run", "g", *remote, *where, "--journal", "a.db"), 1),
+        "a journal in a missing folder": (run_args(fake, workspace, journal="no-dir/b.db"), 1),
+        "a timeout that is not positive": (run_args(fake, workspace, "--timeout", "0"), 1),
+        "a usage error": (run_args(fake, workspace, "--max-steps", "many"), 2),
+    }
+    results = dict(zip(cases, cli.many(*(args for args, _ in cases.values())), strict=True))
+    for name, done in results.items():
+        try:
+            assert_one_line_error(done, code=cases[name][1])
+        except AssertionError:
+            raise AssertionError(f"{name}: {cases[name]}\n{done}") from None
+    assert "has no API key" in results["no API key for a remote server"].err
+    assert "the folder no-dir does not exist" in results["a journal in a missing folder"].err
+    assert "--timeout takes seconds > 0" in results["a timeout that is not positive"].err
+    assert "'--max-steps'" in results["a usage error"].err
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["ws"], left  # no journal file, no folder
+    assert fake.requests == []
+
+
 # --- Ctrl-C ----------------------------------------------------------------------------------
 
 
@@ -541,6 +568,84 @@ def test_ctrl_c_twice_cancels(
     assert listed.code == 0, listed
     row = runs_rows(listed.out)[run_id]
     assert row["state"] == "ended" and row["stop_reason"] == "cancelled", listed
+
+
+def has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (Linux: its /proc fd links)."""
+    fds = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(OSError):
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(fd)) == path.resolve():
+                    return True
+    return False
+
+
+def cli_config(fake: FakeOpenAIServer, workspace: Path) -> dict[str, Any]:
+    """The config ``polyloop run`` stores with a run (in its metadata, under "cli")."""
+    return {
+        "model": "openai:test-model",
+        "base_url": fake.url,
+        "workspace": str(workspace.resolve()),
+        "tools": ["files"],
+        "limits": Limits().to_dict(),
+    }
+
+
+async def detached_run(path: Path, run_id: str, config: dict[str, Any]) -> None:
+    """A run as ``polyloop run`` would create it, then given up with no step and no end."""
+    async with SQLiteJournal(path) as journal:
+        spec = RunSpec(run_id, "read notes", Limits(), time.time(), (), {"cli": config})
+        await journal.release(await journal.create(spec, ttl_s=60))
+
+
+async def list_runs(path: Path) -> list[dict[str, Any]]:
+    async with SQLiteJournal(path) as journal:
+        return await journal.list_runs()
+
+
+@pytest.mark.parametrize("case", ["run", "resume"])
+def test_ctrl_c_before_the_handler_is_installed_says_what_the_journal_holds(
+    case: str, cli: CLI, fake: SlowableServer, workspace: Path, live: list[Live]
+) -> None:
+    path = cli.cwd / "j.db"
+    if case == "resume":
+        asyncio.run(detached_run(path, "r1", cli_config(fake, workspace)))
+        args: tuple[str, ...] = ("resume", "r1", "--journal", "j.db")
+    else:
+        args = run_args(fake, workspace)
+    # The journal is locked (rollback mode, exclusive), so the command waits in opening it,
+    # before any run starts and before its Ctrl-C handler is installed.
+    lock = sqlite3.connect(path, isolation_level=None)
+    try:
+        lock.execute("PRAGMA journal_mode = DELETE")
+        lock.execute("BEGIN EXCLUSIVE")
+        proc = Live(cli, *args)
+        live.append(proc)
+        deadline = time.monotonic() + 30
+        while not has_open(proc.proc.pid, path):
+            assert proc.proc.poll() is None and time.monotonic() < deadline, proc.finish()
+            time.sleep(0.02)
+        proc.interrupt()
+    finally:
+        lock.close()
+    done = proc.finish()
+    assert done.code == 130, done
+    assert "Traceback" not in done.err + done.out, done
+    last = done.out.splitlines()[-1]
+    assert "end record says" not in done.out, done  # no end record was written
+    runs = asyncio.run(list_runs(path))
+    if case == "run":
+        match = re.fullmatch(r"interrupted before run (\S+) was created: nothing was written", last)
+        assert match, done
+        assert runs == [], runs
+    else:
+        expected = "interrupted: run r1 has no end record; it stays resumable: "
+        assert last == expected + "polyloop resume r1 --journal j.db", done
+        assert [(r["run_id"], r["status"], r["state"]) for r in runs] == [
+            ("r1", "running", "detached")
+        ]
+    assert fake.requests == []
 
 
 # --- what a run shows: each step's own time, the run's state --------------------------------------
@@ -715,6 +820,45 @@ def test_a_reply_with_lone_surrogate_escapes_ends_normally_in_one_line(
     assert steps[0].llm_call_id == "chatcmpl-\ufffd" and steps[0].tool_name == "read_file"
     assert steps[0].replaced_chars > 0 and steps[1].replaced_chars == 1
     assert steps[1].raw_response == "The note is gone \ufffd."
+
+
+def test_a_killed_run_is_listed_stale_and_resumes_with_another_base_url_and_timeout(
+    cli: CLI, fake: SlowableServer, workspace: Path, live: list[Live]
+) -> None:
+    fake.script(read_call(n=1), hang())  # step 1's model call never returns
+    proc = Live(cli, *run_args(fake, workspace, "--timeout", "7.5"))
+    live.append(proc)
+    proc.wait_for(r"^step +0 ")
+    deadline = time.monotonic() + 20
+    while len(fake.requests) < 2:  # step 1's model call is in flight
+        assert time.monotonic() < deadline, proc.out()
+        time.sleep(0.02)
+    proc.kill()  # SIGKILL: it dies holding the lease
+    run_id = run_id_of(proc.out())
+    assert fake.requests[0].headers["x-stainless-read-timeout"] == "7.5"
+
+    listed = cli("runs", "--journal", "j.db")
+    assert listed.code == 0, listed
+    row = runs_rows(listed.out)[run_id]
+    assert (row["state"], row["steps"], row["actions"]) == ("stale", "1", "1"), listed
+
+    other = SlowableServer().start()
+    try:
+        other.script(completion("All read.", id="chatcmpl-9"))
+        resumed = cli(
+            "resume", run_id, "--journal", "j.db", "--base-url", other.url, "--timeout", "3"
+        )
+        assert resumed.code == 0, resumed
+        assert f"for this execution only: --base-url {other.url} --timeout 3.0" in resumed.out
+        assert f"run {run_id}: agent_finished after 2 steps, 1 actions" in resumed.out, resumed
+        assert [r.headers["x-stainless-read-timeout"] for r in other.requests] == ["3.0"]
+    finally:
+        other.stop()
+    assert len(fake.requests) == 2  # the first server saw nothing of the resumed execution
+    shown = json.loads(cli("show", run_id, "--journal", "j.db", "--json").out)
+    stored = shown["run"]["metadata"]["cli"]
+    assert (stored["base_url"], stored["timeout_s"]) == (fake.url, 7.5)  # kept as started
+    assert shown["run"]["state"] == "ended"
 
 
 # --- help and documentation ------------------------------------------------------------------

@@ -45,6 +45,12 @@ async def open_journal(
     resolved = journal_path(path)
     if (must_exist or read_only) and not resolved.exists():
         raise BadInput(f"no journal at {resolved} (pass --journal PATH or set ${JOURNAL_ENV})")
+    folder = resolved.parent
+    if not resolved.exists() and not folder.is_dir():
+        raise BadInput(
+            f"cannot create the journal {resolved}: the folder {folder} does not exist "
+            "(create it, or pass another --journal)"
+        )
     journal = SQLiteJournal(resolved, read_only=read_only)
     try:
         yield OpenJournal(journal, resolved)
@@ -61,8 +67,11 @@ def run_config(
     max_steps: int,
     max_actions: int | None,
     max_prompt_chars: int | None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
-    """Check the ``run`` arguments; the result is stored with the run (for ``resume``)."""
+    """Check the ``run`` arguments; the result is stored with the run (for ``resume``).
+    ``timeout_s`` (the model call's request timeout) is stored only when given: a run
+    without it uses ``OpenAIModel``'s default."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
@@ -78,20 +87,56 @@ def run_config(
     if unknown or "files" not in chosen:
         raise BadInput(f"--tools takes files or files,shell; got {tools!r}")
     limits = Limits(max_steps=max_steps, max_actions=max_actions, max_prompt_chars=max_prompt_chars)
-    return {
+    config: dict[str, Any] = {
         "model": model,
         "base_url": base_url,
         "workspace": str(workspace.resolve()),
         "tools": chosen,
         "limits": limits.to_dict(),
     }
+    if timeout_s is not None:
+        config["timeout_s"] = check_timeout(timeout_s)
+    return config
+
+
+def check_timeout(timeout_s: float) -> float:
+    """``--timeout``: seconds > 0."""
+    if not timeout_s > 0 or timeout_s == float("inf"):
+        raise BadInput(f"--timeout takes seconds > 0, got {timeout_s}")
+    return float(timeout_s)
+
+
+def model_overrides(*, base_url: str | None, timeout_s: float | None) -> dict[str, Any]:
+    """The model options ``resume`` was given (none given: ``{}``). They apply to that
+    execution only: the run keeps the options it was started with, and a later ``resume``
+    without them uses those again."""
+    overrides: dict[str, Any] = {}
+    if base_url is not None:
+        overrides["base_url"] = base_url
+    if timeout_s is not None:
+        overrides["timeout_s"] = check_timeout(timeout_s)
+    return overrides
+
+
+def loop_parts(config: dict[str, Any]) -> tuple[Any, Any]:
+    """The model and the tools of a new run's ``config``, built before its journal is opened
+    (so that a run that cannot start leaves no journal file behind). Raises ``BadInput``."""
+    from polyloop.tools.builtin import workspace_tools
+
+    workspace = Path(config["workspace"])
+    if not workspace.is_dir():
+        raise BadInput(f"the workspace {workspace} does not exist or is not a folder")
+    return _model(config), workspace_tools(workspace, shell="shell" in config["tools"])
 
 
 def _model(config: dict[str, Any]) -> Any:
+    options: dict[str, Any] = {"base_url": config.get("base_url")}
+    if config.get("timeout_s") is not None:
+        options["timeout_s"] = config["timeout_s"]
     try:
         from polyloop.models.openai import OpenAIModel
 
-        return OpenAIModel(config["model"].partition(":")[2], base_url=config.get("base_url"))
+        return OpenAIModel(config["model"].partition(":")[2], **options)
     except ImportError as exc:
         raise BadInput(str(exc).splitlines()[0]) from None
     except ConfigError as exc:
@@ -105,8 +150,11 @@ async def build_loop(
     observer: Callable[[Any], None],
     *,
     max_steps: int | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[Loop, dict[str, Any], Limits | None]:
-    """The Loop for a new run (``config`` given) or for resuming ``run_id``."""
+    """The Loop for a new run (``config`` given) or for resuming ``run_id`` with the config
+    stored with it, ``overrides`` (:func:`model_overrides`) replacing its model options for
+    this execution."""
     limits: Limits | None = None
     if config is None:
         assert run_id is not None
@@ -120,7 +168,7 @@ async def build_loop(
                 f"run {run_id!r} was not started by the polyloop command: resume it "
                 "from the code that started it (Loop.resume)"
             )
-        config = cli
+        config = {**cli, **(overrides or {})}
         if max_steps is not None:
             limits = Limits.from_dict({**spec.limits.to_dict(), "max_steps": max_steps})
     else:

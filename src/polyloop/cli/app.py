@@ -19,7 +19,15 @@ from typing import Annotated, Any, Literal, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from polyloop import EscalationReport, PolyLoopError, RunDetached, RunResult, StopReason
+from polyloop import (
+    EscalationReport,
+    Limits,
+    Loop,
+    PolyLoopError,
+    RunDetached,
+    RunResult,
+    StopReason,
+)
 from polyloop.types import RunEnd
 
 from . import _render
@@ -29,6 +37,8 @@ from ._setup import (
     JOURNAL_ENV,
     BadInput,
     build_loop,
+    loop_parts,
+    model_overrides,
     open_journal,
     run_config,
 )
@@ -113,6 +123,14 @@ BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compa
 MaxStepsOpt = Annotated[int, typer.Option("--max-steps")]
 MaxActionsOpt = Annotated[int | None, typer.Option("--max-actions")]
 MaxPromptCharsOpt = Annotated[int | None, typer.Option("--max-prompt-chars")]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        help="Seconds one model call may take (its request timeout; default: the OpenAI "
+        "adapter's, 120). Stored with the run.",
+    ),
+]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -157,6 +175,7 @@ def run(
     max_steps: MaxStepsOpt = 30,
     max_actions: MaxActionsOpt = None,
     max_prompt_chars: MaxPromptCharsOpt = None,
+    timeout: TimeoutOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     journal: JournalOpt = None,
 ) -> None:
@@ -175,6 +194,7 @@ def run(
             max_steps=max_steps,
             max_actions=max_actions,
             max_prompt_chars=max_prompt_chars,
+            timeout_s=timeout,
         )
     except (BadInput, PolyLoopError) as exc:
         raise _fail(str(exc)) from None
@@ -188,13 +208,36 @@ def resume(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Override the stored step budget.")
     ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url",
+            help="Send the model calls to this OpenAI-compatible server instead of the one "
+            "the run was started with (this execution only).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            help="Seconds one model call may take, instead of the run's (this execution only).",
+        ),
+    ] = None,
 ) -> None:
     """Continue a run from its journal, with the model and tools it was started with.
     An ended run is shown as it ended, with no model or tool call.
 
-    Example: polyloop resume 3f2a… --journal polyloop.db
+    --base-url and --timeout apply to this execution only: the run keeps the options it was
+    started with, and a later resume without them uses those again. --max-steps is journaled
+    with the run (it stands for later resumes too).
+
+    Example: polyloop resume 3f2a… --journal polyloop.db --base-url http://127.0.0.1:8000/v1
     """
-    _drive(journal, None, run_id=run_id, max_steps=max_steps)
+    try:
+        overrides = model_overrides(base_url=base_url, timeout_s=timeout)
+    except BadInput as exc:
+        raise _fail(str(exc)) from None
+    _drive(journal, None, run_id=run_id, max_steps=max_steps, overrides=overrides)
 
 
 def _drive(
@@ -204,16 +247,28 @@ def _drive(
     run_id: str | None,
     goal: str | None = None,
     max_steps: int | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> None:
     printer = _render.Progress()
+    rid = run_id or _new_run_id()
+    parts: tuple[Any, Any] | None = None
 
     async def go() -> RunResult:
+        limits: Limits | None
         async with open_journal(journal_path, must_exist=config is None) as journal:
-            loop, cfg, limits = await build_loop(
-                journal, config, run_id, printer, max_steps=max_steps
-            )
-            rid = run_id or _new_run_id()
+            if config is not None and parts is not None:
+                model, tools = parts
+                loop = Loop(model, tools=tools, journal=journal.journal, observers=[printer])
+                cfg, limits = config, Limits.from_dict(config["limits"])
+            else:
+                loop, cfg, limits = await build_loop(
+                    journal, None, rid, printer, max_steps=max_steps, overrides=overrides
+                )
             printer.header(rid, journal.path, cfg)
+            if overrides:
+                flags = {"base_url": "--base-url", "timeout_s": "--timeout"}
+                shown = " ".join(f"{flags[k]} {v}" for k, v in overrides.items())
+                printer.line(f"for this execution only: {shown}")
             if goal is not None:
                 task = asyncio.ensure_future(
                     loop.run(goal, run_id=rid, metadata={"cli": cfg}, limits=limits)
@@ -224,15 +279,49 @@ def _drive(
             return await task
 
     try:
+        if config is not None:  # a new run: what can fail is checked before the journal is made
+            try:
+                parts = loop_parts(config)
+            except BadInput as exc:
+                raise _fail(str(exc)) from None
         result = _call(go)
     except RunDetached as exc:
         printer.detached(exc.run_id, journal_path)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except (KeyboardInterrupt, asyncio.CancelledError):
-        printer.line("cancelled: the journal's end record says cancelled")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        line, code = _after_interrupt(journal_path, rid)
+        printer.line(line)
+        raise typer.Exit(code) from None
     printer.result(result)
     raise typer.Exit(exit_code(result.stop_reason))
+
+
+def _after_interrupt(journal_path: Path | None, run_id: str) -> tuple[str, int]:
+    """What is true after Ctrl-C ended the command, and its exit code, from what the journal
+    holds: the interrupt may have come before the run was created (or before the signal
+    handler was installed), and a cancellation's end record may or may not have been written
+    (its write has a timeout)."""
+    from ._setup import journal_path as resolve
+
+    async def read() -> list[dict[str, Any]]:
+        async with open_journal(journal_path, must_exist=True) as j:
+            return await j.journal.list_runs(run_id=run_id)
+
+    interrupted = int(EXIT_INTERRUPTED)
+    rows: list[dict[str, Any]] = []
+    if resolve(journal_path).is_file():
+        try:
+            rows = asyncio.run(read())
+        except (BadInput, PolyLoopError, OSError) as exc:
+            return f"interrupted: cannot read the journal to tell what it holds: {exc}", interrupted
+    if not rows:
+        return f"interrupted before run {run_id} was created: nothing was written", interrupted
+    if rows[0]["status"] == "ended":
+        reason = rows[0]["stop_reason"]
+        return f"{reason}: the journal's end record says {reason}", exit_code(reason)
+    where = f" --journal {journal_path}" if journal_path else ""
+    resume = f"polyloop resume {run_id}{where}"
+    return f"interrupted: run {run_id} has no end record; it stays resumable: {resume}", interrupted
 
 
 def _new_run_id() -> str:
