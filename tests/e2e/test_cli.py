@@ -785,14 +785,6 @@ def test_reading_commands_work_in_a_read_only_folder_and_writing_ones_say_why(
 # --- text that is not valid Unicode ----------------------------------------------------------
 
 
-async def steps_of(path: Path, run_id: str) -> list[StepRecord]:
-    journal = SQLiteJournal(path)
-    try:
-        return await journal.steps(run_id)
-    finally:
-        await journal.aclose()
-
-
 def test_a_reply_with_lone_surrogate_escapes_ends_normally_in_one_line(
     cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
 ) -> None:
