@@ -298,6 +298,18 @@ def test_demo_runs_both_scenes_and_its_inspect_commands_work(cli: CLI, tmp_path:
         assert tool in shown.out, shown
 
 
+def test_demo_real_without_the_model_says_in_one_line_how_to_install_it(
+    cli: CLI, tmp_path: Path
+) -> None:
+    cli.env["POLYLOOP_CACHE"] = str(tmp_path / "empty-cache")  # nothing installed there
+    done = cli("demo", "--real")
+    assert done.code == 1, done
+    assert done.out == "", done
+    (line,) = done.err.splitlines()
+    assert line.startswith("polyloop: demo --real: the real model's server's Python is not")
+    assert "bash .ci/real_model.sh" in line and "POLYLOOP_REAL_MODEL_PY" in line, line
+
+
 # --- a run against the fake server, then every inspection command ----------------------------
 
 

@@ -154,12 +154,37 @@ def _root() -> None:
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    real: Annotated[
+        bool,
+        typer.Option(
+            "--real",
+            help="Instead, one short run with a real local model (Gemma 3 270M behind "
+            "llama.cpp's server), offline; install it with bash .ci/real_model.sh.",
+        ),
+    ] = False,
+) -> None:
     """Run the offline demo: a scripted model fixes a bug through the real tools, then a run
     is killed mid-step and resumed from its journal. No network, no API key.
 
+    With --real: a short run with a real local model instead; the exit code follows its stop
+    reason, and a missing model is one line saying how to install it (exit 1).
+
     Example: polyloop demo
     """
+    if real:
+        from ..testing.real_model import RealModelMissing, locate
+        from .demo_real import run_real_demo
+
+        try:
+            model = locate()
+        except RealModelMissing as exc:
+            raise _fail(f"demo --real: {exc}") from None
+        try:
+            result = run_real_demo(model, _call)
+        except RuntimeError as exc:  # the server did not start: its log is named
+            raise _fail(f"demo --real: {exc}") from None
+        raise typer.Exit(exit_code(result.stop_reason))
     from .demo import run_demo
 
     raise typer.Exit(asyncio.run(run_demo()))
