@@ -30,6 +30,7 @@ from ._values import (
     Outcome,
     ToolCall,
     Usage,
+    canonical_json,
 )
 
 __all__ = [
@@ -328,16 +329,34 @@ def _outcome_to(o: Outcome) -> dict[str, Any]:
     }
 
 
+def _as_written_then(value: Any, kind: type) -> Any:
+    """A field of an Outcome as releases before its construction checks may have journaled
+    it, in the type it has now: ``marker`` was any JSON scalar, read by its truth value (1 is
+    True); ``truncated_chars`` a bool (True is 1); a ``Failure`` field any JSON value when no
+    fingerprint was taken (it reads as its canonical JSON). Anything else is left for the
+    checks to refuse as damage."""
+    if kind is bool and type(value) is not bool and isinstance(value, int | float | str):
+        return bool(value)
+    if kind is int and type(value) is bool:
+        return int(value)
+    if kind is str and value is not None and not isinstance(value, str):
+        return canonical_json(value)
+    return value
+
+
 def _outcome_from(d: Mapping[str, Any]) -> Outcome:
     f = d.get("failure")
+    failure = None
+    if f is not None:
+        failure = Failure(**{key: _as_written_then(value, str) for key, value in f.items()})
     return Outcome(
         status=ActionStatus(d["status"]),
         observation=d["observation"],
         completed=d["completed"],
-        marker=d["marker"],
+        marker=_as_written_then(d["marker"], bool),
         synthetic=d["synthetic"],
-        truncated_chars=d["truncated_chars"],
-        failure=None if f is None else Failure(**f),
+        truncated_chars=_as_written_then(d["truncated_chars"], int),
+        failure=failure,
     )
 
 
