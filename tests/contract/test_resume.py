@@ -648,3 +648,22 @@ def test_a_process_stopping_in_a_tool_leaves_the_run_resumable() -> None:
     r = asyncio.run(loop.resume("r"))  # the idempotent action runs again
     assert r.stop_reason is StopReason.agent_finished
     assert r.steps[0].observation == "ok"
+
+
+async def test_resume_with_another_system_prompt_than_the_history_says_which_builder_to_use() -> (
+    None
+):
+    from polyloop.context import ChatContextBuilder
+
+    journal = MemoryJournal()
+    history = [{"role": "system", "content": "You are the planner."}]
+    first = Loop(ScriptedModel(["done"]), journal=journal)
+    result = await first.run("g", run_id="r", history=history)
+    assert result.stop_reason == StopReason.agent_finished
+    other = Loop(
+        ScriptedModel([]), journal=journal, context=ChatContextBuilder(system_prompt="Other.")
+    )
+    with pytest.raises(JournalError, match=r"context builder \(and system prompt\) it was started"):
+        await other.resume("r")
+    again = await Loop(ScriptedModel([]), journal=journal).resume("r")
+    assert again.stop_reason == StopReason.agent_finished

@@ -133,5 +133,7 @@ class Kernel:
         except Exception as exc:
             raise JournalError(
                 f"run {spec.run_id!r}: no context can be built from its stored goal and "
-                f"history ({type(exc).__name__}: {exc}); the journal was not modified"
+                f"history by this Loop's context builder ({type(exc).__name__}: {exc}); "
+                "resume it with the context builder (and system prompt) it was started "
+                "with; the journal was not modified"
             ) from exc
