@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +188,51 @@ async def test_writes_replace_the_file_keeping_its_mode_and_leave_nothing_behind
     outcome = await call(env, "write_file", path="src/new/../made.txt", content="x")
     assert outcome.status is ActionStatus.executed
     assert sorted(p.name for p in (root / "src").iterdir()) == ["app.py", "made.txt", "run.sh"]
+
+
+@contextmanager
+def unprivileged() -> Iterator[None]:
+    """Run the body as a user the file permissions bind: ``nobody`` when the tests run as root
+    (root may write any file), else the current user."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(65534)  # every thread, the tools' worker threads included
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may create files in (pytest's own are its user's alone)."""
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o777)
+        yield Path(d)
+
+
+async def test_writes_to_a_file_its_user_may_not_write_are_refused_and_change_nothing(
+    shared_dir: Path,
+) -> None:
+    # a workspace where the user may create files, holding a file it may only read
+    root = shared_dir
+    locked = root / "locked.txt"
+    locked.write_text("keep\n")
+    locked.chmod(0o444)
+    env = env_for(root)
+    # (the worker threads start, and import what they need, with the test's own rights)
+    assert (await call(env, "read_file", path="locked.txt")).observation == "keep\n"
+    with unprivileged():
+        written = await call(env, "write_file", path="locked.txt", content="pwned\n")
+        edited = await call(env, "edit_file", path="locked.txt", old="keep", new="pwned")
+    for outcome in (written, edited):
+        assert outcome.status is ActionStatus.not_executed, outcome.observation
+        assert "'locked.txt'" in outcome.observation
+        assert "ermission denied" in outcome.observation
+    assert locked.read_text() == "keep\n"
+    assert locked.stat().st_mode & 0o7777 == 0o444
+    assert sorted(p.name for p in root.iterdir()) == ["locked.txt"]
 
 
 LOOKALIKES = [

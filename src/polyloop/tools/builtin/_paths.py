@@ -47,6 +47,8 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _ELOOP = getattr(errno, "ELOOP", -1)
+_ETXTBSY = getattr(errno, "ETXTBSY", -1)
+_WRITE_CHECK_FLAGS = os.O_WRONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 """Flags that open a directory, never through a symlink."""
 FILE_FLAGS = os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
@@ -162,11 +164,16 @@ class Located:
         followed. An existing file keeps its permission bits (and, where allowed, its owner); a
         new one gets ``0o666`` less the umask. Nothing is fsynced (as with ``open(..., "w")``):
         an operating-system crash may lose the write. Other hard links keep the old content.
+        An existing file is replaced only if it could be opened for writing (its permission
+        bits, ACLs, a read-only mount): the rename alone needs only the directory's
+        permission, and would replace a file its user may only read.
 
         Raises:
             Refused: the system refused (no space, permission denied, the name became a
                 directory); the file and the directory are as they were.
         """
+        if self.st is not None:
+            self._check_writable()
         tmp = f".polyloop-{secrets.token_hex(8)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
         try:
@@ -188,6 +195,17 @@ class Located:
             if isinstance(exc, OSError):
                 raise self._failed(exc) from None
             raise
+
+    def _check_writable(self) -> None:
+        """Refuse unless the existing file may be written: the kernel's own check, by opening
+        it for writing (not truncating, never through a symlink) and closing it."""
+        try:
+            fd = os.open(self.name, _WRITE_CHECK_FLAGS, dir_fd=self.dir_fd)
+        except OSError as exc:
+            if exc.errno == _ETXTBSY:  # a running program: replacing it is fine
+                return
+            raise self._failed(exc) from None
+        os.close(fd)
 
     def _failed(self, exc: OSError) -> Refused:
         t = self._texts
