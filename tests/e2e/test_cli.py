@@ -434,6 +434,11 @@ def test_auth_error_exits_4_with_one_line_detail(
     assert "401" in lines[-1] or "AuthenticationError" in lines[-1], done
     assert "kind=auth" in lines[-1], done
     assert len(fake.requests) == 1  # not retried
+    # show names the step what the progress line named it: a failed call, not an answer
+    assert "(model call failed)" in done.out, done
+    shown = cli("show", run_id, "--journal", "j.db")
+    row = shown.out.splitlines()[-1].split("\t")
+    assert row[:3] == ["0", "(model call failed)", "invalid"], shown
 
 
 def test_bad_input_is_one_line_and_exit_1(

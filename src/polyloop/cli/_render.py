@@ -134,7 +134,7 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
     data = [
         [
             str(s.step_idx),
-            _short(s.action or s.parse_error or "(final answer)", 40),
+            _short(s.action or s.parse_error or _no_action(s), 40),
             s.action_status or ("invalid" if not s.parse_ok else "-"),
             _short(s.observation, 40),
             str(s.prompt_chars),
@@ -145,6 +145,12 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
     _table(SHOW_COLUMNS, data)
     if run.get("final_answer"):
         print(f"answer: {run['final_answer']}")
+
+
+def _no_action(s: StepRecord) -> str:
+    """What a step without an action or parse error was: an answer, or (not parsed) a model
+    call that failed, as :class:`Progress` names it."""
+    return "(final answer)" if s.parse_ok else "(model call failed)"
 
 
 def show_json(
