@@ -133,3 +133,30 @@ async def test_a_reconcile_breaking_the_outcome_contract_ends_env_error_with_a_s
     assert step.observation is not None and message in step.observation
     assert "the environment's reconcile() broke its contract" in step.observation
     assert r.stop_detail == step.observation
+
+
+async def test_a_synchronous_execute_ends_env_error_with_a_step_keeping_what_it_returned(
+    every_journal: OpenJournal,
+) -> None:
+    env = CustomEnvironment(lambda: Outcome(ActionStatus.executed, "charged the card"))
+
+    def execute(action: Action, ctx: ToolContext) -> Outcome:  # not async: it runs at once
+        env.executed.append(ctx.op_id)
+        return env.answer()  # type: ignore[no-any-return]
+
+    env.execute = execute  # type: ignore[assignment,method-assign]
+    async with every_journal() as journal:
+        loop = Loop(FunctionModel(script), environment=env, journal=journal, clock=FakeClock())
+        r = await loop.run("go", run_id="r")
+    assert len(env.executed) == 1
+    assert r.stop_reason == StopReason.env_error and r.steps_used == 1
+    (step,) = r.steps
+    assert step.action_status == ActionStatus.env_error and step.observation_synthetic
+    assert step.observation is not None
+    assert step.observation.startswith(
+        "MalformedValue: the environment's execute() broke its contract: execute() must be async"
+    )
+    assert "executed: charged the card" in step.observation  # what it returned is kept
+    async with every_journal() as journal:  # ended: nothing runs again
+        again = await Loop(FunctionModel(script), environment=env, journal=journal).resume("r")
+    assert again.steps == r.steps and len(env.executed) == 1

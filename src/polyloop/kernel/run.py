@@ -210,6 +210,16 @@ def _not_an_outcome(value: object, *, none_ok: bool = False) -> MalformedValue:
     return MalformedValue(f"it returned {type(value).__name__}, not {expected}")
 
 
+def _not_awaitable(value: object, method: str) -> MalformedValue:
+    """The error of an environment whose ``method`` is not async (the seam's methods are
+    coroutines): it ran synchronously, so what it returned is kept in the message."""
+    seen = f"{value.status}: {value.observation}" if isinstance(value, Outcome) else repr(value)
+    return MalformedValue(
+        f"{method}() must be async, but it returned {type(value).__name__} directly (it ran, "
+        f"and the action may have happened); what it returned: {seen}"
+    )
+
+
 def _env_detail(outcome: Outcome) -> str:
     f = outcome.failure
     if f is not None and f.error_type:
@@ -357,7 +367,10 @@ class RunDriver:
         if policy is ReplayPolicy.reconcile:
             ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
             try:
-                outcome = await self.cfg.environment.reconcile(intent.action, ctx)
+                checked = self.cfg.environment.reconcile(intent.action, ctx)
+                if not inspect.isawaitable(checked):
+                    raise _not_awaitable(checked, "reconcile")
+                outcome = await checked
             except OutcomeUnknown:
                 return await self._end_unknown(intent, policy)
             except MalformedValue as exc:
@@ -588,7 +601,10 @@ class RunDriver:
 
     async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:
         try:
-            outcome = await self.cfg.environment.execute(action, ctx)
+            pending = self.cfg.environment.execute(action, ctx)
+            if not inspect.isawaitable(pending):  # a synchronous execute: it already ran
+                raise _not_awaitable(pending, "execute")
+            outcome = await pending
         except (EnvironmentFailure, MalformedValue) as exc:
             return _env_failed(exc)
         if not isinstance(outcome, Outcome):
