@@ -77,3 +77,23 @@ async def test_a_1_1_journal_without_the_column_is_refused_as_damaged(
     with pytest.raises(JournalError, match=r"steps lacks the columns \['replaced_chars'\]"):
         await store.open()
     assert store.snapshot() == before
+
+
+async def test_a_column_a_newer_minor_adds_while_a_journal_reads_is_read_past(
+    journal_backend: Store,
+) -> None:
+    # A newer PolyLoop migrates the journal while this one has read its steps many times (on
+    # PostgreSQL, often enough that the query is a prepared statement on the connection).
+    store = journal_backend
+    await crashed_run(store)
+    async with store.journal() as journal:
+        for _ in range(12):
+            before = await journal.steps("r")
+        store.damage(
+            "ALTER TABLE steps ADD COLUMN added_by_1_2 INTEGER NOT NULL DEFAULT 0",
+            "UPDATE meta SET value = '1.2' WHERE key = 'journal_schema_version'",
+        )
+        assert await journal.steps("r") == before
+        r = await new_loop(World(), journal).resume("r")
+        assert await journal.steps("r") == list(r.steps)
+    assert r.stop_reason == StopReason.task_completed

@@ -314,7 +314,11 @@ _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
         journal_schema_version, goal, limits_json, metadata_json
     FROM runs r {where} ORDER BY created_at, run_id COLLATE "C"
 """
-_READ_STEPS = _pg(_sqlite_schema._READ_STEPS)
+# By name, not ``SELECT *`` as SQLite reads them: a PostgreSQL journal is migrated when it is
+# opened, so it has every column; and a prepared ``SELECT *`` fails ("cached plan must not change
+# result type") once a newer minor adds a column while this journal is open.
+_READ_STEPS = f"""SELECT {", ".join(name for name, _ in _STEP_COLUMNS)} FROM steps
+    WHERE run_id = %s ORDER BY step_idx"""
 
 
 # -- helpers ----------------------------------------------------------------------------------
