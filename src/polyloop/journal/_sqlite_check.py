@@ -37,9 +37,11 @@ class IntegrityReport:
 
 def check_integrity(path: str | os.PathLike[str], *, max_problems: int = 20) -> IntegrityReport:
     """Run SQLite's full ``PRAGMA integrity_check`` on the PolyLoop journal at ``path``,
-    read-only: nothing is created, written or repaired (a ``mode=ro`` connection, or
-    ``immutable=1`` in a read-only folder). It reads the whole file (≈ 13 s per GB measured,
-    see the README) and blocks; from async code, call it with ``asyncio.to_thread``.
+    read-only: the journal is not created, written or repaired (a ``mode=ro`` connection,
+    which in a writable folder leaves SQLite's empty ``-wal`` and ``-shm`` files as every
+    reader does, or ``immutable=1`` in a read-only folder). It reads the whole file (≈ 13 s
+    per GB measured, see the README) and blocks; from async code, call it with
+    ``asyncio.to_thread``.
 
     A file SQLite cannot even open as a database (its header or schema damaged, or not SQLite
     at all) is reported not sound, with SQLite's message as the problem.

@@ -502,7 +502,9 @@ def _read_only_uri(path: str, *, immutable: bool) -> str:
 def _open_read_only(path: str, busy_timeout_s: float) -> tuple[sqlite3.Connection, str, bool]:
     """A read-only connection to the PolyLoop journal at ``path`` (checked as
     :func:`_open_writer` checks it), the URI that opens more like it, and whether it is
-    ``immutable``. Never creates or modifies a file.
+    ``immutable``. Never creates or modifies the journal (``mode=ro`` in a writable folder
+    leaves the empty ``-wal`` and ``-shm`` files SQLite makes for every reader of a WAL-mode
+    file).
 
     ``mode=ro`` first: it sees every commit, also those of a writer working meanwhile. Reading
     a WAL-mode file needs its ``-shm`` file; where that cannot be created (a read-only folder

@@ -357,8 +357,10 @@ class SQLiteJournal:
             holds it). ``False`` commits every write alone (for benchmarks).
         clock: epoch seconds for lease expiry and ``written_at`` (injectable for tests).
         read_only: open the journal only to read it (``list_runs``, ``steps``, ``read``): no
-            writer thread, a ``mode=ro`` connection, nothing ever created or written (a
-            missing file raises ``JournalError``), and every write (``create``, ``acquire``,
+            writer thread, a ``mode=ro`` connection, the journal never created or written (a
+            missing file raises ``JournalError``; in a writable folder SQLite itself leaves
+            the empty ``-wal`` and ``-shm`` files every reader of a WAL-mode file makes, which
+            the next writer removes when it closes), and every write (``create``, ``acquire``,
             ``append``, ``renew``, ``release``) raises ``JournalError``. It needs no write
             access to the file, and none to its folder while a writer holds the file open (or
             its ``-shm`` file exists). In a read-only folder where SQLite cannot create the
