@@ -5,12 +5,17 @@ column, as 0."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+from pathlib import Path
+
 import pytest
 
 from polyloop import JournalError, StopReason
+from polyloop.journal import SQLiteJournal
 from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION, _steps_from_rows
 from tests.contract.test_resume import World, new_loop
-from tests.durability.journals import Store, crashed_run
+from tests.durability.journals import SQLiteStore, Store, crashed_run
 
 TO_1_0 = (
     "ALTER TABLE steps DROP COLUMN replaced_chars",
@@ -96,4 +101,26 @@ async def test_a_column_a_newer_minor_adds_while_a_journal_reads_is_read_past(
         assert await journal.steps("r") == before
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
+    assert r.stop_reason == StopReason.task_completed
+
+
+async def test_a_1_0_journal_another_connection_keeps_locked_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "j.db")
+    await a_1_0_journal(store)
+    with contextlib.closing(sqlite3.connect(store.path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # the migration's transaction cannot begin
+        with pytest.raises(JournalError) as refused:
+            SQLiteJournal(store.path, busy_timeout_s=0.05)
+        other.execute("COMMIT")
+    assert str(refused.value) == (
+        f"cannot open the SQLite journal {store.path}: another connection kept it locked for "
+        "longer than busy_timeout_s=0.05 s (database is locked); it was not modified. Try "
+        "again, or pass a longer busy_timeout_s"
+    )
+    assert journal_version(store) == "1.0"
+    async with store.journal() as journal:  # once the lock is gone, it migrates
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION
+        r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed

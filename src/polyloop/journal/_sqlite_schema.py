@@ -276,10 +276,28 @@ def _open_writer(path: str, durability: Durability, busy_timeout_s: float) -> sq
             _create_schema(conn, path)
         elif _needs_migration(version):
             _migrate(conn, path)
+    except sqlite3.Error as exc:  # switching to WAL, creating or migrating (rolled back)
+        conn.close()
+        raise _setup_failure(path, exc, busy_timeout_s) from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _setup_failure(path: str, exc: sqlite3.Error, busy_timeout_s: float) -> JournalError:
+    """The one-line error for a journal whose setup at open (WAL mode, creating or migrating
+    its tables) SQLite refused: every change it made was rolled back."""
+    if _is_damage(exc):
+        return _damaged_error(path, exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return JournalError(
+            f"cannot open the SQLite journal {path}: another connection kept it locked for "
+            f"longer than busy_timeout_s={busy_timeout_s} s ({exc}); it was not modified. Try "
+            "again, or pass a longer busy_timeout_s"
+        )
+    return JournalError(f"cannot open the SQLite journal {path}: {exc} (it was not modified)")
 
 
 def _switch_to_wal(conn: sqlite3.Connection, path: str, busy_timeout_s: float) -> str:
