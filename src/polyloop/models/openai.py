@@ -34,14 +34,10 @@ Exceptions that are not the SDK's propagate unchanged (the kernel counts them no
 
 from __future__ import annotations
 
-import email.utils
 import ipaddress
 import json
-import math
 import os
-import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import urlsplit
@@ -58,6 +54,8 @@ from ..types import (
     Usage,
     import_extra,
 )
+from ._http import redact_url as _redact_url
+from ._http import retry_after as _retry_after
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -122,17 +120,6 @@ _HINTS: Final[Mapping[str, str]] = {
 def _sdk() -> ModuleType:
     """The ``openai`` module, imported on first use (layout.md rule 6)."""
     return import_extra("openai", _INSTALL_HINT)
-
-
-def _redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _is_local(url: str) -> bool:
@@ -452,37 +439,6 @@ def _is_context_length(exc: BaseException) -> bool:
             parts.append(str(body))
     text = " ".join(parts).lower()
     return any(phrase in text for phrase in _CONTEXT_LENGTH_PHRASES)
-
-
-def _seconds(text: str) -> float | None:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
-
-
-def _retry_after(response: Any) -> float | None:
-    """Seconds the server asked to wait: ``retry-after-ms``, else ``Retry-After`` as seconds
-    or as an HTTP date (relative to the wall clock). None when absent or unreadable."""
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    millis = headers.get("retry-after-ms")
-    if millis is not None and (value := _seconds(str(millis))) is not None:
-        return value / 1000
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    if (value := _seconds(str(raw))) is not None:
-        return value
-    try:
-        when = email.utils.parsedate_to_datetime(str(raw))
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _describe(exc: BaseException, sdk: ModuleType) -> str:

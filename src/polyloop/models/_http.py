@@ -1,0 +1,54 @@
+"""HTTP details the model adapters share: reading a server's ``Retry-After``, showing a URL
+without its credentials."""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from datetime import UTC
+from typing import Any
+from urllib.parse import urlsplit
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def seconds(text: str) -> float | None:
+    """``text`` as a finite number of seconds >= 0, else None."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def retry_after(response: Any) -> float | None:
+    """Seconds the server asked to wait: ``retry-after-ms``, else ``Retry-After`` as seconds
+    or as an HTTP date (relative to the wall clock). None when absent or unreadable."""
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis is not None and (value := seconds(str(millis))) is not None:
+        return value / 1000
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    if (value := seconds(str(raw))) is not None:
+        return value
+    try:
+        when = email.utils.parsedate_to_datetime(str(raw))
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - time.time())
