@@ -1,0 +1,594 @@
+"""``GeminiModel``: the Model seam over Google's Gemini API (``generateContent``).
+
+Built on the official ``google-genai`` SDK (extra ``polyloop[gemini]``), imported lazily: this
+module imports without it, and constructing a :class:`GeminiModel` without it raises a one-line
+``ImportError`` naming the extra.
+
+Every failure of a call is translated here, once, into :class:`~polyloop.ModelCallError` with
+a ``kind`` (``raise ... from`` keeps the original as ``__cause__``). The SDK raises
+``google.genai.errors.ClientError`` (4xx) and ``ServerError`` (5xx), both ``APIError`` with the
+HTTP ``code``; the kind follows the code. Retryable:
+
+* ``rate_limit``: 429 (``RESOURCE_EXHAUSTED``), with ``retry_after`` from ``Retry-After`` or,
+  as Gemini sends it, the body's ``google.rpc.RetryInfo`` ``retryDelay`` (e.g. ``"20s"``);
+* ``timeout``: the transport's timeout (``httpx.TimeoutException``), and HTTP 408;
+* ``connection``: any other transport failure (refused, reset, dropped mid-response);
+* ``server``: 5xx (``ServerError``), honouring ``Retry-After``;
+* ``conflict``: 409 (``ABORTED``);
+* ``bad_response``: a 200 whose body is not a ``GenerateContentResponse`` (invalid JSON, a wrong
+  shape, ``UnknownApiResponseError``), or a candidate that ended ``MALFORMED_FUNCTION_CALL``.
+
+Not retryable:
+
+* ``auth``: 401, and Gemini's 400 ``API_KEY_INVALID``; ``permission``: 403;
+  ``not_found``: 404 (an unknown model or a wrong base URL);
+* ``context_length``: a 4xx saying the input has more tokens than the model allows;
+* ``bad_request``: any other 400 (``INVALID_ARGUMENT``, ``FAILED_PRECONDITION``) or 422, and a
+  prompt Gemini blocked (``promptFeedback.blockReason``);
+* ``error``: any other ``APIError`` (other 4xx statuses included) and the SDK's errors of
+  features this adapter does not use (automatic function calling, interactions).
+
+Exceptions that are neither the SDK's nor its transport's propagate unchanged (the kernel
+counts them non-retryable); ``asyncio.CancelledError`` always propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from types import ModuleType, TracebackType
+from typing import Any, Final, Self
+
+import pydantic
+
+from ..types import (
+    ConfigError,
+    Message,
+    ModelCallError,
+    ModelReply,
+    ModelRequest,
+    ToolCall,
+    Usage,
+    import_extra,
+)
+from ._http import redact_url, retry_after, seconds
+
+__all__ = ["GeminiModel"]
+
+_INSTALL_HINT: Final = (
+    "the Gemini adapter needs the google-genai package: pip install 'polyloop[gemini]'"
+)
+
+# kind and retryability of every exception class google.genai.errors exports, by class name
+# (resolved along the MRO, the most specific listed class first). APIError and its subclasses
+# are refined by their HTTP code in _translate. A test fails when the SDK exports a class
+# missing from here.
+_ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
+    "ClientError": ("bad_request", False),  # 4xx: refined by code
+    "ServerError": ("server", True),  # 5xx
+    "APIError": ("error", False),
+    "UnknownApiResponseError": ("bad_response", True),
+    # Raised only by automatic function calling and the interactions API, which this
+    # adapter does not use; listed so that the decision is explicit.
+    "UnknownFunctionCallArgumentError": ("error", False),
+    "UnsupportedFunctionError": ("error", False),
+    "FunctionInvocationError": ("error", False),
+    "ContinuationInterruptedError": ("error", False),
+}
+
+_BY_CODE: Final[Mapping[int, tuple[str, bool]]] = {
+    400: ("bad_request", False),
+    401: ("auth", False),
+    403: ("permission", False),
+    404: ("not_found", False),
+    408: ("timeout", True),
+    409: ("conflict", True),
+    422: ("bad_request", False),
+    429: ("rate_limit", True),
+}
+
+# How Gemini (and Vertex AI) word "the input does not fit" (lowercase).
+_CONTEXT_LENGTH_PHRASES: Final = (
+    "exceeds the maximum number of tokens",
+    "input token count",
+    "context window",
+    "context length",
+    "too many tokens",
+)
+
+_HINTS: Final[Mapping[str, str]] = {
+    "auth": "check the API key (api_key=, GOOGLE_API_KEY or GEMINI_API_KEY)",
+    "permission": "the API key may not use this model or endpoint",
+    "not_found": "check the model name and the base URL",
+    "connection": "is the server running and the base URL right?",
+    "context_length": "the prompt is longer than the model's context window "
+    "(Limits.max_prompt_chars stops a run before this)",
+}
+
+# Gemini's documented stand-in for a thought signature it did not issue to this process
+# (a call from before a resume, or from another model): it skips the signature check.
+_NO_SIGNATURE: Final = b"skip_thought_signature_validator"
+_SIGNATURES_KEPT: Final = 4096
+_OWN_ID_PREFIX: Final = "gemini_"
+
+
+def _sdk() -> ModuleType:
+    """The ``google.genai`` module, imported on first use (layout.md rule 6)."""
+    return import_extra("google.genai", _INSTALL_HINT, missing=("google",))
+
+
+class GeminiModel:
+    """The Model seam over the Gemini API.
+
+    One ``complete`` is one ``POST {base_url}/v1beta/models/{model}:generateContent``. The
+    kernel's OpenAI-format conversation is converted: system messages become
+    ``systemInstruction``; user messages ``user`` contents with ``text`` parts; an assistant
+    message a ``model`` content with its text and one ``functionCall`` part per tool call
+    (``args`` the parsed arguments; arguments that are not a JSON object are sent as ``{}``);
+    tool messages ``functionResponse`` parts (``name`` found from the call they answer,
+    ``response`` ``{"result": content}``) in one ``user`` content, consecutive contents of the
+    same role merged, as Gemini requires. The request's messages are never modified.
+
+    Tools are sent as ``functionDeclarations`` with ``parametersJsonSchema`` (the JSON Schema
+    as given) and ``toolConfig.functionCallingConfig.mode`` (``function_calling_mode``).
+    Gemini has no switch for one function call per turn: a reply with several is passed on
+    and the native interpreter refuses it (each call answered, the model asked again).
+
+    ``thinkingConfig.includeThoughts`` is sent (``include_thoughts``), and thought parts become
+    the reply's ``reasoning`` (recorded in the step, never sent back). The ``thoughtSignature``
+    Gemini attaches to a function call is kept in this object (the last 4096) and sent back
+    with that call, as Gemini 3 requires; for a call it did not see (a resumed run in a new
+    process) the documented stand-in ``skip_thought_signature_validator`` is sent.
+
+    Function call ids: Gemini's when it gives one (then echoed in the ``functionCall`` and
+    ``functionResponse``), else one made here (``gemini_<hex>``, never sent to Gemini).
+
+    The SDK's own retries are off (``HttpRetryOptions(attempts=1)`` on the client and on every
+    request, which also stops its implicit transport retries): PolyLoop's
+    :class:`~polyloop.RetryPolicy` owns retrying, so every attempt is journaled, counted and
+    backed off on PolyLoop's clock.
+
+    Usage: ``input_tokens`` is ``promptTokenCount`` (cached tokens included), ``output_tokens``
+    ``candidatesTokenCount`` plus ``thoughtsTokenCount`` (thinking is billed as output). The
+    cached and reasoning counts and ``modelVersion`` (the model that answered) are not stored
+    yet: the step record has no field for them.
+
+    The environment is read here, at construction, never on import.
+
+    Args:
+        model: the model name, e.g. ``"gemini-2.5-flash"``.
+        api_key: default ``GOOGLE_API_KEY``, else ``GEMINI_API_KEY`` (the SDK's order).
+        base_url: the API root, default Gemini's (``https://generativelanguage.googleapis.com``).
+        temperature: sent when not None.
+        max_tokens: sent as ``maxOutputTokens`` when not None.
+        timeout_s: seconds one call may take.
+        include_thoughts: ask for thought summaries (False for a model without thinking).
+        function_calling_mode: ``"AUTO"``, ``"ANY"`` or ``"NONE"``, sent with the tools; None
+            leaves ``toolConfig`` out.
+
+    Raises:
+        ImportError: ``google-genai`` is not installed (one line naming the extra).
+        ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``,
+            or no API key.
+
+    Use ``async with GeminiModel(...) as model:`` or call :meth:`aclose`. ``repr()`` never
+    shows the key.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout_s: float = 120.0,
+        include_thoughts: bool = True,
+        function_calling_mode: str | None = "AUTO",
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError(
+                f"GeminiModel needs a model name, e.g. 'gemini-2.5-flash'; got {model!r}"
+            )
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+            raise ConfigError(f"GeminiModel timeout_s must be a number > 0, got {timeout_s!r}")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
+        ):
+            raise ConfigError(f"GeminiModel max_tokens must be an int > 0, got {max_tokens!r}")
+        if temperature is not None and (isinstance(temperature, bool) or temperature < 0):
+            raise ConfigError(f"GeminiModel temperature must be >= 0, got {temperature!r}")
+        sdk = _sdk()
+        self._sdk = sdk
+        self._errors: ModuleType = sdk.errors
+        self._model = model
+        key = (
+            api_key or os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY") or None
+        )
+        if key is None:
+            raise ConfigError(
+                "GeminiModel has no API key: pass api_key= or set GEMINI_API_KEY "
+                "(or GOOGLE_API_KEY)"
+            )
+        self._key = key
+        types = sdk.types
+        self._http_options = types.HttpOptions(
+            base_url=base_url,
+            timeout=max(1, round(float(timeout_s) * 1000)),
+            retry_options=types.HttpRetryOptions(attempts=1),
+        )
+        self._config: dict[str, Any] = {"http_options": self._http_options}
+        if temperature is not None:
+            self._config["temperature"] = temperature
+        if max_tokens is not None:
+            self._config["max_output_tokens"] = max_tokens
+        if include_thoughts:
+            self._config["thinking_config"] = types.ThinkingConfig(include_thoughts=True)
+        self._mode = function_calling_mode
+        self._types: ModuleType = types
+        self._last_tools: tuple[Sequence[Mapping[str, Any]], dict[str, Any]] | None = None
+        self._client: Any = sdk.Client(api_key=key, vertexai=False, http_options=self._http_options)
+        self._signatures: OrderedDict[str, bytes] = OrderedDict()
+        self._closed = False
+
+    # -- read-only facts ----------------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        """The model name sent with every request."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to (credentials in the URL, if any, shown as ``***``)."""
+        url = self._client._api_client._http_options.base_url
+        return redact_url(str(url))
+
+    def __repr__(self) -> str:
+        return f"GeminiModel(model={self._model!r}, base_url={self.base_url!r})"
+
+    # -- the seam -----------------------------------------------------------------------------
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """One ``generateContent`` call for ``request``.
+
+        Returns:
+            ``text`` (the non-thought text parts joined), ``reasoning`` (the thought parts
+            joined, None when there are none), ``tool_calls`` (``args`` as the mapping
+            received), ``call_id`` (the response's ``responseId``), ``usage`` (None when the
+            server reported none).
+
+        Raises:
+            ModelCallError: the call failed; ``kind`` and ``retryable`` per the module table.
+
+        Nothing is retried here; a failed call may have been processed (and billed) or not.
+        """
+        system, contents = self._contents(request.messages)
+        config = dict(self._config)
+        if system:
+            config["system_instruction"] = system
+        if request.tool_specs:
+            config.update(self._tools(request.tool_specs))
+        try:
+            response = await self._client.aio.models.generate_content(
+                model=self._model, contents=contents, config=config
+            )
+            return self._reply(response)
+        except ModelCallError:
+            raise
+        except Exception as exc:
+            translated = _translate(exc, self._errors, self._where(), secret=self._key)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    def _where(self) -> str:
+        return f"{self.base_url} (model {self._model!r})"
+
+    def _tools(self, specs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """``tools`` and ``tool_config`` for ``specs``, converted once per tool set (a run
+        passes the same specs every step)."""
+        if self._last_tools is not None and self._last_tools[0] is specs:
+            return self._last_tools[1]
+        types = self._types
+        declarations = [types.FunctionDeclaration(**d) for d in _declarations(specs)]
+        out: dict[str, Any] = {"tools": [types.Tool(function_declarations=declarations)]}
+        if self._mode is not None:
+            out["tool_config"] = types.ToolConfig(
+                function_calling_config=types.FunctionCallingConfig(mode=self._mode)
+            )
+        self._last_tools = (specs, out)
+        return out
+
+    def _contents(self, messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+        system: list[str] = []
+        contents: list[dict[str, Any]] = []
+        names: dict[str, str] = {}
+
+        def add(role: str, parts: list[dict[str, Any]]) -> None:
+            if not parts:
+                return
+            if contents and contents[-1]["role"] == role:
+                contents[-1]["parts"].extend(parts)
+            else:
+                contents.append({"role": role, "parts": parts})
+
+        for message in messages:
+            role = message.get("role")
+            if role in ("system", "developer"):
+                system.append(_text_of(message.get("content")))
+            elif role == "assistant":
+                parts: list[dict[str, Any]] = []
+                text = _text_of(message.get("content"))
+                if text:
+                    parts.append({"text": text})
+                for call in message.get("tool_calls") or ():
+                    fn = call.get("function") or {}
+                    call_id, name = call.get("id"), fn.get("name", "")
+                    part: dict[str, Any] = {"name": name, "args": _args(fn.get("arguments"))}
+                    if isinstance(call_id, str):
+                        names[call_id] = name
+                        if not call_id.startswith(_OWN_ID_PREFIX):
+                            part["id"] = call_id
+                    signature = self._signatures.get(call_id) if call_id else None
+                    parts.append(
+                        {"function_call": part, "thought_signature": signature or _NO_SIGNATURE}
+                    )
+                add("model", parts)
+            elif role == "tool":
+                call_id = message.get("tool_call_id")
+                response: dict[str, Any] = {
+                    "name": names.get(call_id, "") if isinstance(call_id, str) else "",
+                    "response": {"result": _text_of(message.get("content"))},
+                }
+                if isinstance(call_id, str) and not call_id.startswith(_OWN_ID_PREFIX):
+                    response["id"] = call_id
+                add("user", [{"function_response": response}])
+            else:
+                add("user", [{"text": _text_of(message.get("content"))}])
+        return "\n\n".join(s for s in system if s), contents
+
+    def _reply(self, response: Any) -> ModelReply:
+        """Map a ``GenerateContentResponse`` to a ``ModelReply``; a wrong shape is
+        ``bad_response``."""
+        where = self._where()
+        response_id = getattr(response, "response_id", None)
+        candidates = getattr(response, "candidates", None)
+        if not candidates:
+            feedback = getattr(response, "prompt_feedback", None)
+            reason = getattr(feedback, "block_reason", None)
+            if reason is not None:
+                raise ModelCallError(
+                    f"{where} blocked the prompt: {getattr(reason, 'value', reason)} "
+                    "(change the prompt; the model will not answer it)",
+                    retryable=False,
+                    kind="bad_request",
+                )
+            raise _bad_response(
+                where, f"no candidates in the response (responseId {response_id!r})"
+            )
+        candidate = candidates[0]
+        content = getattr(candidate, "content", None)
+        parts = getattr(content, "parts", None) or ()
+        finish = getattr(getattr(candidate, "finish_reason", None), "value", None)
+        if not parts and finish in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
+            raise _bad_response(where, f"the candidate ended {finish}")
+        texts: list[str] = []
+        thoughts: list[str] = []
+        calls: list[ToolCall] = []
+        for part in parts:
+            fn = getattr(part, "function_call", None)
+            if fn is not None:
+                name = getattr(fn, "name", None)
+                if not isinstance(name, str) or not name:
+                    raise _bad_response(where, f"a function call without a name: {fn!r}")
+                args = getattr(fn, "args", None)
+                gid = getattr(fn, "id", None)
+                call_id = gid if isinstance(gid, str) and gid else None
+                if call_id is None or call_id.startswith(_OWN_ID_PREFIX):
+                    call_id = _OWN_ID_PREFIX + uuid.uuid4().hex
+                signature = getattr(part, "thought_signature", None)
+                if isinstance(signature, bytes) and signature:
+                    self._remember(call_id, signature)
+                calls.append(ToolCall(name, dict(args) if args else {}, call_id))
+                continue
+            text = getattr(part, "text", None)
+            if isinstance(text, str) and text:
+                (thoughts if getattr(part, "thought", None) else texts).append(text)
+        return ModelReply(
+            text="".join(texts),
+            reasoning="".join(thoughts) or None,
+            tool_calls=tuple(calls),
+            call_id=response_id if isinstance(response_id, str) and response_id else None,
+            usage=_usage(getattr(response, "usage_metadata", None)),
+        )
+
+    def _remember(self, call_id: str, signature: bytes) -> None:
+        self._signatures[call_id] = signature
+        if len(self._signatures) > _SIGNATURES_KEPT:
+            self._signatures.popitem(last=False)
+
+    # -- lifetime -----------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the SDK client (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            await self._client.aio.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """A message's content as text: a string as is, the text parts of a list joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
+        )
+    return str(content)
+
+
+def _args(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}
+
+
+def _declarations(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI-format tool specs as Gemini function declarations."""
+    out: list[dict[str, Any]] = []
+    for spec in specs:
+        fn = spec.get("function", spec)
+        declaration: dict[str, Any] = {"name": fn["name"]}
+        if fn.get("description"):
+            declaration["description"] = fn["description"]
+        if fn.get("parameters") is not None:
+            declaration["parameters_json_schema"] = fn["parameters"]
+        out.append(declaration)
+    return out
+
+
+# -- replies -----------------------------------------------------------------------------------
+
+
+def _bad_response(where: str, what: str) -> ModelCallError:
+    return ModelCallError(f"bad response from {where}: {what}", retryable=True, kind="bad_response")
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _usage(reported: Any) -> Usage | None:
+    if reported is None:
+        return None
+    prompt = _count(getattr(reported, "prompt_token_count", None))
+    candidates = _count(getattr(reported, "candidates_token_count", None))
+    thoughts = _count(getattr(reported, "thoughts_token_count", None))
+    output = (
+        None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    )
+    if prompt is None and output is None:
+        return None
+    return Usage(prompt, output)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+
+
+def _retry_info(details: Any) -> float | None:
+    """``retryDelay`` of a ``google.rpc.RetryInfo`` in an error body, in seconds."""
+    error = details.get("error", details) if isinstance(details, Mapping) else None
+    items = error.get("details") if isinstance(error, Mapping) else None
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, Mapping) and str(item.get("@type", "")).endswith("RetryInfo"):
+            match = _DELAY.match(str(item.get("retryDelay", "")))
+            if match is not None:
+                return seconds(match.group(1))
+    return None
+
+
+def _transport_kind(exc: BaseException) -> tuple[str, bool] | None:
+    """``timeout``/``connection`` for the transport's (httpx's) errors, else None."""
+    for cls in type(exc).__mro__:
+        if cls.__module__.partition(".")[0] not in ("httpx", "httpx2", "httpcore"):
+            continue
+        if cls.__name__ == "TimeoutException":
+            return ("timeout", True)
+        if cls.__name__ == "TransportError":
+            return ("connection", True)
+    return None
+
+
+def _kind_of(exc: BaseException, errors: ModuleType) -> tuple[str, bool] | None:
+    for cls in type(exc).__mro__:
+        entry = _ERROR_KINDS.get(cls.__name__)
+        if entry is not None and getattr(errors, cls.__name__, None) is cls:
+            return entry
+    return None
+
+
+def _body_text(exc: BaseException) -> str:
+    details = getattr(exc, "details", None)
+    try:
+        shown = json.dumps(details, default=str)
+    except (TypeError, ValueError):
+        shown = str(details)
+    return f"{getattr(exc, 'message', None) or ''} {shown}".lower()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    cause = exc.__cause__ or exc.__context__
+    if _transport_kind(exc) is not None and cause is not None and str(cause):
+        text += f" ({type(cause).__name__}: {cause})"
+    return " ".join(text.split())  # one line
+
+
+def _translate(
+    exc: Exception, errors: ModuleType, where: str, *, secret: str | None = None
+) -> ModelCallError | None:
+    """The ``ModelCallError`` for an exception the SDK or its transport raised; None if it is
+    neither's. ``secret`` (the API key) is masked in the message: the message is journaled."""
+    entry = _kind_of(exc, errors)
+    if entry is None:
+        entry = _transport_kind(exc)
+    if entry is None and isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
+        entry = ("bad_response", True)
+    if entry is None:
+        return None
+    kind, retryable = entry
+    if kind == "bad_response":
+        message = f"bad response from {where}: {type(exc).__name__}: {_describe(exc)}"
+    else:
+        message = f"{type(exc).__name__} from {where}: {_describe(exc)}"
+    code = getattr(exc, "code", None)
+    if isinstance(exc, errors.APIError) and isinstance(code, int):
+        if code in _BY_CODE:
+            kind, retryable = _BY_CODE[code]
+        elif code >= 500:
+            kind, retryable = "server", True
+        elif 400 <= code < 500:
+            kind, retryable = "error", False
+        if kind == "bad_request" and "api_key_invalid" in _body_text(exc):
+            kind = "auth"
+        elif kind in ("bad_request", "error") and 400 <= code < 500:
+            body = _body_text(exc)
+            if any(phrase in body for phrase in _CONTEXT_LENGTH_PHRASES):
+                kind = "context_length"
+    wait = None
+    if retryable:
+        wait = retry_after(getattr(exc, "response", None))
+        if wait is None:
+            wait = _retry_info(getattr(exc, "details", None))
+    if kind in _HINTS:
+        message += f" ({_HINTS[kind]})"
+    if secret and len(secret) >= 8:
+        message = message.replace(secret, "***")
+    return ModelCallError(message, retryable=retryable, retry_after=wait, kind=kind)
