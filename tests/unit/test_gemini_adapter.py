@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -682,3 +683,38 @@ async def test_loop_ends_llm_error_on_a_non_retryable_failure(
     assert result.stop_detail is not None
     assert f"kind={kind}, retryable=False, attempts=1" in result.stop_detail
     assert len(fake.requests) == 1
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_the_cli_runs_gemini_models(fake: FakeGeminiServer, tmp_path: Path) -> None:
+    pytest.importorskip("typer")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "note.txt").write_text("42\n")
+    fake.script(
+        generated(function_call("read_file", {"path": "note.txt"}, id="fc-read")),
+        generated(text("The note says 42.")),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "GEMINI_"))}
+    env["GEMINI_API_KEY"] = KEY
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    argv = [sys.executable, "-m", "polyloop.cli", "run", "read the note"]
+    argv += ["--model", "gemini:gemini-test", "--base-url", fake.url]
+    argv += ["--workspace", str(workspace), "--journal", str(tmp_path / "j.db")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "stopped: agent_finished" in done.stdout
+    assert [r.headers["x-goog-api-key"] for r in fake.requests] == [KEY, KEY]
+    response = body_of(fake, 1)["contents"][-1]["parts"][0]["functionResponse"]
+    assert (response["id"], response["name"], response["response"]) == (
+        "fc-read",
+        "read_file",
+        {"result": "42\n"},
+    )
+
+    del env["GEMINI_API_KEY"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "GEMINI_API_KEY" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -75,7 +75,9 @@ def run_config(
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
-    if provider != "openai":
+    if provider == "gemini":
+        pass  # Google's Gemini API: _gemini_model
+    elif provider != "openai":
         raise BadInput(
             f"unknown model provider {provider!r} in {model!r}: use openai:MODEL "
             "(any OpenAI-compatible server via --base-url)"
@@ -130,6 +132,8 @@ def loop_parts(config: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _model(config: dict[str, Any]) -> Any:
+    if config["model"].startswith("gemini:"):
+        return _gemini_model(config)
     options: dict[str, Any] = {"base_url": config.get("base_url")}
     if config.get("timeout_s") is not None:
         options["timeout_s"] = config["timeout_s"]
@@ -137,6 +141,22 @@ def _model(config: dict[str, Any]) -> Any:
         from polyloop.models.openai import OpenAIModel
 
         return OpenAIModel(config["model"].partition(":")[2], **options)
+    except ImportError as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _gemini_model(config: dict[str, Any]) -> Any:
+    """``gemini:MODEL``: a ``GeminiModel``, its key from ``GOOGLE_API_KEY`` or
+    ``GEMINI_API_KEY`` (the SDK's order)."""
+    options: dict[str, Any] = {"base_url": config.get("base_url")}
+    if config.get("timeout_s") is not None:
+        options["timeout_s"] = config["timeout_s"]
+    try:
+        from polyloop.models.gemini import GeminiModel
+
+        return GeminiModel(config["model"].partition(":")[2], **options)
     except ImportError as exc:
         raise BadInput(str(exc).splitlines()[0]) from None
     except ConfigError as exc:
