@@ -2,6 +2,8 @@
 
 * :mod:`polyloop.models.openai` — ``OpenAIModel``, any OpenAI-compatible chat completions
   server, on the official ``openai`` SDK (extra ``polyloop[openai]``).
+* :mod:`polyloop.models.gemini` — ``GeminiModel``, Google's Gemini API, on the official
+  ``google-genai`` SDK (extra ``polyloop[gemini]``).
 
 Each adapter lives in its own module and imports its SDK lazily, so importing this package
 never needs an extra installed.
