@@ -1,14 +1,17 @@
-"""HTTP details the model adapters share: reading a server's ``Retry-After``, showing a URL
-without its credentials."""
+"""HTTP details the model adapters share: reading ``Retry-After``, showing a base URL without
+its credentials, telling whether a base URL is on this machine. No SDK is imported here."""
 
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import math
 import time
 from datetime import UTC
 from typing import Any
 from urllib.parse import urlsplit
+
+__all__ = ["is_local", "redact_url", "retry_after", "seconds"]
 
 
 def redact_url(url: str) -> str:
@@ -22,6 +25,23 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
 
 
+def is_local(url: str) -> bool:
+    """Whether ``url`` names this machine (loopback, ``localhost``, or ``0.0.0.0``)."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    if host is None:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
 def seconds(text: str) -> float | None:
     """``text`` as a finite number of seconds >= 0, else None."""
     try:
@@ -33,7 +53,8 @@ def seconds(text: str) -> float | None:
 
 def retry_after(response: Any) -> float | None:
     """Seconds the server asked to wait: ``retry-after-ms``, else ``Retry-After`` as seconds
-    or as an HTTP date (relative to the wall clock). None when absent or unreadable."""
+    or as an HTTP date (relative to the wall clock). None when absent or unreadable.
+    ``response`` is anything with a ``headers`` mapping (an httpx response), or None."""
     headers = getattr(response, "headers", None)
     if headers is None:
         return None

@@ -34,13 +34,11 @@ Exceptions that are not the SDK's propagate unchanged (the kernel counts them no
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from collections.abc import Mapping, Sequence
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
-from urllib.parse import urlsplit
 
 import pydantic
 
@@ -54,6 +52,7 @@ from ..types import (
     Usage,
     import_extra,
 )
+from ._http import is_local as _is_local
 from ._http import redact_url as _redact_url
 from ._http import retry_after as _retry_after
 
@@ -120,23 +119,6 @@ _HINTS: Final[Mapping[str, str]] = {
 def _sdk() -> ModuleType:
     """The ``openai`` module, imported on first use (layout.md rule 6)."""
     return import_extra("openai", _INSTALL_HINT)
-
-
-def _is_local(url: str) -> bool:
-    """Whether ``url`` names this machine (loopback, ``localhost``, or ``0.0.0.0``)."""
-    try:
-        host = urlsplit(url).hostname
-    except ValueError:
-        return False
-    if host is None:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
 
 
 class OpenAIModel:
