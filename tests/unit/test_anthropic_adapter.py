@@ -1,0 +1,909 @@
+"""AnthropicModel, driven through the real anthropic SDK against a scripted server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import email.utils
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from polyloop import (
+    ConfigError,
+    Loop,
+    ModelCallError,
+    ModelRequest,
+    StopReason,
+    ToolCall,
+    ToolRegistry,
+    Usage,
+)
+from polyloop.models.anthropic import (
+    _ERROR_KINDS,
+    NO_KEY_PLACEHOLDER,
+    AnthropicModel,
+    _translate,
+)
+from polyloop.testing import FakeClock
+from tests.fakes.anthropic_server import (
+    FakeAnthropicServer,
+    Reply,
+    dropped_connection,
+    error,
+    hang,
+    malformed_json,
+    message,
+    rate_limited,
+    redacted_thinking,
+    text,
+    thinking,
+    tool_use,
+)
+
+anthropic = pytest.importorskip("anthropic")
+
+INSTALL_HINT = (
+    "the Anthropic adapter needs the anthropic package: pip install 'polyloop[anthropic]'"
+)
+ADD_SPEC = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+ADD_TOOL = {
+    "name": "add",
+    "description": "Add two numbers.",
+    "input_schema": ADD_SPEC["function"]["parameters"],  # type: ignore[index]
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_PROFILE",
+        "ANTHROPIC_CONFIG_DIR",
+        "ANTHROPIC_CUSTOM_HEADERS",
+        "ANTHROPIC_IDENTITY_TOKEN",
+        "ANTHROPIC_IDENTITY_TOKEN_FILE",
+        "ANTHROPIC_FEDERATION_RULE_ID",
+        "ANTHROPIC_ORGANIZATION_ID",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropicServer]:
+    with FakeAnthropicServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def model(fake: FakeAnthropicServer) -> AsyncIterator[AnthropicModel]:
+    async with AnthropicModel(
+        "claude-test", base_url=fake.url, api_key="sk-ant-test", timeout_s=5
+    ) as m:
+        yield m
+
+
+def request(
+    messages: Sequence[dict[str, Any]] | None = None, tools: Sequence[dict[str, Any]] = ()
+) -> ModelRequest:
+    return ModelRequest(
+        "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- the request -----------------------------------------------------------------------------
+
+
+async def test_request_with_tools_has_the_messages_api_shape(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    fake.script(message(text("5")))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+    await model.complete(request(messages, [ADD_SPEC]))
+    (got,) = fake.requests
+    assert got.path == "/v1/messages"
+    assert got.headers["authorization"] == "Bearer sk-ant-test"
+    assert got.headers["anthropic-version"]
+    assert got.body["model"] == "claude-test"
+    assert got.body["max_tokens"] == 4096
+    assert got.body["system"] == "Be brief."
+    assert got.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "2+3?"}]}]
+    assert got.body["tools"] == [ADD_TOOL]
+    assert got.body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    assert "thinking" not in got.body
+    assert got.body.get("stream") in (None, False)
+
+
+async def test_request_without_tools_leaves_tools_and_tool_choice_out(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    fake.script(message(text("hi")))
+    await model.complete(request())
+    body = fake.requests[0].body
+    assert "tools" not in body and "tool_choice" not in body and "system" not in body
+
+
+async def test_options_are_sent_and_extra_body_is_merged(fake: FakeAnthropicServer) -> None:
+    fake.script(message(text("hi")))
+    async with AnthropicModel(
+        "claude-test",
+        base_url=fake.url,
+        api_key="k",
+        max_tokens=2048,
+        thinking_budget=1024,
+        tool_choice="required",
+        extra_body={"temperature": 0.2, "top_k": 5},
+    ) as m:
+        await m.complete(request(tools=[ADD_SPEC]))
+    body = fake.requests[0].body
+    assert (body["temperature"], body["max_tokens"], body["top_k"]) == (0.2, 2048, 5)
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+
+
+ADD_CALL = {
+    "id": "toolu_1",
+    "type": "function",
+    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+}
+
+
+async def test_the_openai_format_conversation_is_converted_and_not_mutated(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "system", "content": [{"type": "text", "text": "Use tools."}]},
+        {"role": "user", "content": "add 2 and 3, then 1 and 1"},
+        {"role": "assistant", "content": "Adding.", "tool_calls": [ADD_CALL]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "5"},
+        {"role": "user", "content": "note: the second next"},
+        {"role": "assistant", "content": "", "tool_calls": [{**ADD_CALL, "id": "toolu_2"}]},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": ""},
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}],
+        },
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    **ADD_CALL,
+                    "id": "toolu_3",
+                    "function": {"name": "add", "arguments": '{"a": 2, "b"'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "toolu_3", "content": "arguments are not JSON"},
+    ]
+    before = copy.deepcopy(messages)
+    fake.script(message(text("2")))
+    await model.complete(request(messages, [ADD_SPEC]))
+    body = fake.requests[0].body
+    assert body["system"] == "Be brief.\n\nUse tools."
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "add 2 and 3, then 1 and 1"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Adding."},
+                {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 3}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "5"},
+                {"type": "text", "text": "note: the second next"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_2", "name": "add", "input": {"a": 2, "b": 3}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": ""},
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"},
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_3", "name": "add", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_3",
+                    "content": "arguments are not JSON",
+                }
+            ],
+        },
+    ]
+    assert messages == before
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"role": "critic", "content": "hm"},
+        {"role": "tool", "content": "5"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]},
+    ],
+)
+async def test_a_message_that_cannot_be_converted_is_a_bad_request_not_sent(
+    model: AnthropicModel, fake: FakeAnthropicServer, bad: dict[str, Any]
+) -> None:
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request([{"role": "user", "content": "hi"}, bad]))
+    assert (info.value.kind, info.value.retryable) == ("bad_request", False)
+    assert "\n" not in info.value.message
+    assert fake.requests == []
+
+
+async def test_the_sdk_does_not_retry_on_its_own(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    assert model.client.max_retries == 0
+    fake.script(error(529, "Overloaded"), message(text("never reached")))
+    with pytest.raises(ModelCallError):
+        await model.complete(request())
+    assert len(fake.requests) == 1
+
+
+# --- the reply -------------------------------------------------------------------------------
+
+
+async def test_a_tool_use_reply_becomes_a_tool_call_with_its_id_and_input(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    fake.script(
+        message(
+            text("I'll add them."),
+            tool_use("add", {"a": 2, "b": 3}, id="toolu_abc"),
+            id="msg_9",
+            usage={
+                "input_tokens": 20,
+                "cache_read_input_tokens": 50,
+                "cache_creation_input_tokens": 12,
+                "output_tokens": 17,
+            },
+        )
+    )
+    reply = await model.complete(request(tools=[ADD_SPEC]))
+    assert reply.tool_calls == (ToolCall("add", {"a": 2, "b": 3}, "toolu_abc"),)
+    assert reply.text == "I'll add them."
+    assert reply.call_id == "msg_9"
+    assert reply.usage == Usage(20 + 50 + 12, 17)  # cached input counts as input
+    assert reply.reasoning is None
+
+
+async def test_thinking_blocks_become_the_reasoning(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    fake.script(message(thinking("2 plus 3"), redacted_thinking(), thinking("is 5"), text("5")))
+    reply = await model.complete(request())
+    assert (reply.text, reply.reasoning) == ("5", "2 plus 3\n\nis 5")
+
+
+async def test_several_text_blocks_are_joined_and_a_reply_without_id_has_call_id_none(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    fake.script(message(text("The answer "), text("is 5."), id=None, stop_reason="max_tokens"))
+    reply = await model.complete(request())
+    assert (reply.text, reply.call_id, reply.tool_calls) == ("The answer is 5.", None, ())
+
+
+# --- errors: one case per exception class the SDK exports -------------------------------------
+
+# name -> (how the server provokes it, kind, retryable, retry_after)
+HTTP_CASES: dict[str, tuple[Reply, str, bool, float | None]] = {
+    "BadRequestError": (error(400, "messages: roles must alternate"), "bad_request", False, None),
+    "AuthenticationError": (error(401, "invalid x-api-key"), "auth", False, None),
+    "PaymentRequiredError": (
+        error(402, "Your credit balance is too low"),
+        "permission",
+        False,
+        None,
+    ),
+    "PermissionDeniedError": (
+        error(403, "Your API key does not have permission"),
+        "permission",
+        False,
+        None,
+    ),
+    "NotFoundError": (error(404, "model: claude-nope"), "not_found", False, None),
+    "RequestTimeoutError": (error(408, "Request timed out"), "timeout", True, None),
+    "ConflictError": (error(409, "Conflict"), "conflict", True, None),
+    "PreconditionFailedError": (error(412, "Precondition failed"), "bad_request", False, None),
+    "ContentTooLargeError": (
+        error(413, "Request exceeds the maximum size"),
+        "bad_request",
+        False,
+        None,
+    ),
+    "UnprocessableEntityError": (error(422, "Unprocessable"), "bad_request", False, None),
+    "RateLimitError": (rate_limited("2"), "rate_limit", True, 2.0),
+    "RequestHeaderFieldsTooLargeError": (
+        error(431, "Headers too large"),
+        "bad_request",
+        False,
+        None,
+    ),
+    "ClientClosedRequestError": (error(499, "Client closed request"), "connection", True, None),
+    "InternalServerError": (error(500, "Internal server error"), "server", True, None),
+    "HTTPNotImplementedError": (error(501, "Not implemented"), "error", False, None),
+    "ServiceUnavailableError": (
+        error(503, "Service unavailable", headers=(("retry-after", "7"),)),
+        "server",
+        True,
+        7.0,
+    ),
+    "GatewayTimeoutError": (error(504, "Gateway timeout"), "server", True, None),
+    "OverloadedError": (error(529, "Overloaded"), "server", True, None),
+    "APIStatusError": (error(418, "I'm a teapot"), "error", False, None),
+    "APIConnectionError": (dropped_connection(), "connection", True, None),
+}
+# Classes the SDK picks by status and error.details.error_code.
+CODED: dict[str, tuple[int, str, str, bool]] = {
+    "LinkedOrganizationBillingUnavailableError": (
+        402,
+        "linked_organization_billing_unavailable",
+        "permission",
+        False,
+    ),
+    "LinkedOrganizationSpendLimitReachedError": (
+        402,
+        "linked_organization_spend_limit_reached",
+        "permission",
+        False,
+    ),
+    "SandboxEgressRestrictedError": (403, "sandbox_egress_restricted", "permission", False),
+    "RequestBodyTooLargeAfterDecodingError": (
+        413,
+        "request_body_too_large_after_decoding",
+        "bad_request",
+        False,
+    ),
+    "RampLimitExceededError": (429, "ramp_limit_exceeded", "rate_limit", True),
+    "ContractSpendLimitReachedError": (429, "contract_spend_limit_reached", "permission", False),
+    "EnforcedSpendLimitReachedError": (429, "enforced_spend_limit_reached", "permission", False),
+    "CMEKContextUnavailableError": (503, "cmek_context_unavailable", "server", True),
+    "CMEKKeyUnreachableError": (503, "cmek_key_unreachable", "server", True),
+    "CMEKKeyDisabledError": (400, "cmek_key_disabled", "permission", False),
+    "CMEKKeyNetworkBlockedError": (400, "cmek_key_network_blocked", "permission", False),
+    "ClaudeCodeKeyCreatorNotMemberError": (
+        400,
+        "claude_code_key_creator_not_member",
+        "permission",
+        False,
+    ),
+    "ClaudeCodeVersionTooOldError": (400, "claude_code_version_too_old", "bad_request", False),
+    "OrganizationOnHoldError": (400, "organization_on_hold", "permission", False),
+    "OrganizationTypeNotSupportedError": (
+        400,
+        "organization_type_not_supported",
+        "permission",
+        False,
+    ),
+    "ParentOrganizationRequiredError": (400, "parent_organization_required", "permission", False),
+    "RequestBodyEncodingInvalidError": (400, "request_body_encoding_invalid", "bad_request", False),
+    "RequestBodyEncodingUnsupportedError": (
+        400,
+        "request_body_encoding_unsupported",
+        "bad_request",
+        False,
+    ),
+    "WorkspaceHumanReviewDisabledError": (
+        400,
+        "workspace_human_review_disabled",
+        "permission",
+        False,
+    ),
+}
+for _name, (_status, _code, _kind, _retryable) in CODED.items():
+    HTTP_CASES[_name] = (
+        error(_status, f"refused: {_code}", error_code=_code),
+        _kind,
+        _retryable,
+        None,
+    )
+# Names the SDK exports for another class (deprecated aliases): the class's own case covers it.
+ALIASES = {
+    "RequestTooLargeError": "ContentTooLargeError",
+    "DeadlineExceededError": "GatewayTimeoutError",
+}
+# Raised outside an HTTP exchange with /v1/messages: each is tested by the test named here.
+ELSEWHERE = {
+    "APITimeoutError": "test_a_call_that_takes_too_long_is_a_retryable_timeout",
+    "APIResponseValidationError": "test_a_strict_client_s_validation_error_is_a_bad_response",
+    "AnthropicError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+    "APIError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+    "APIWebhookValidationError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+    "RetryableError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+    "CredentialsError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+    "IdentityTokenFileError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+    "WorkloadIdentityError": "test_errors_raised_outside_a_response_translate_to_their_kind",
+}
+
+
+def _public_sdk_errors() -> dict[str, type[Exception]]:
+    return {
+        name: obj
+        for name, obj in list(vars(anthropic).items())
+        if not name.startswith("_")
+        and issubclass(type(obj), type)
+        and issubclass(obj, anthropic.AnthropicError)
+    }
+
+
+def test_every_exception_class_the_sdk_exports_has_a_kind_and_a_test() -> None:
+    exported = set(_public_sdk_errors())
+    assert "OverloadedError" in exported  # the scan itself works
+    missing = sorted(exported - set(_ERROR_KINDS))
+    assert not missing, f"decide a kind for these anthropic exceptions: {missing}"
+    untested = sorted(exported - set(HTTP_CASES) - set(ALIASES) - set(ELSEWHERE))
+    assert not untested, f"add a test case for these anthropic exceptions: {untested}"
+    for alias, name in ALIASES.items():
+        assert getattr(anthropic, alias) is getattr(anthropic, name)
+        assert _ERROR_KINDS[alias] == _ERROR_KINDS[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "reply", "kind", "retryable", "retry_after"),
+    [(name, *case) for name, case in HTTP_CASES.items()],
+    ids=list(HTTP_CASES),
+)
+async def test_each_sdk_exception_becomes_a_model_call_error_with_its_kind(
+    model: AnthropicModel,
+    fake: FakeAnthropicServer,
+    name: str,
+    reply: Reply,
+    kind: str,
+    retryable: bool,
+    retry_after: float | None,
+) -> None:
+    fake.script(reply)
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    err = info.value
+    assert type(err.__cause__) is getattr(anthropic, name)  # the SDK raised that very class
+    assert (err.kind, err.retryable, err.retry_after) == (kind, retryable, retry_after)
+    assert fake.url in err.message and "claude-test" in err.message
+    assert "\n" not in err.message
+    assert len(fake.requests) == 1
+
+
+BAD_RESPONSES: list[tuple[str, Reply]] = [
+    ("malformed json", malformed_json()),
+    ("not json", Reply(body=b"<html>502</html>", headers=(("Content-Type", "text/html"),))),
+    ("no content", Reply(body=b'{"id": "msg_x", "type": "message"}')),
+    (
+        "tool input not an object",
+        Reply(
+            body=b'{"id": "m", "type": "message", "content": '
+            b'[{"type": "tool_use", "id": "t", "name": "add", "input": "2, 3"}]}'
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("reply", [c[1] for c in BAD_RESPONSES], ids=[c[0] for c in BAD_RESPONSES])
+async def test_a_200_that_is_not_a_message_is_a_retryable_bad_response(
+    model: AnthropicModel, fake: FakeAnthropicServer, reply: Reply
+) -> None:
+    fake.script(reply)
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", True)
+    assert "\n" not in info.value.message
+
+
+@pytest.mark.parametrize(
+    "wording",
+    [
+        "prompt is too long: 215000 tokens > 200000 maximum",
+        "input length and `max_tokens` exceed context limit: 197202 + 21333 > 200000, "
+        "decrease input length or `max_tokens` and try again",
+    ],
+)
+async def test_a_prompt_too_long_for_the_model_is_context_length(
+    model: AnthropicModel, fake: FakeAnthropicServer, wording: str
+) -> None:
+    fake.script(error(400, wording))
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("context_length", False)
+    assert isinstance(info.value.__cause__, anthropic.BadRequestError)
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (rate_limited(None, retry_after_ms="1500"), 1.5),
+        (rate_limited(None), None),
+        (rate_limited("not a number"), None),
+    ],
+    ids=["retry-after-ms", "no header", "unreadable"],
+)
+async def test_retry_after_headers(
+    model: AnthropicModel, fake: FakeAnthropicServer, reply: Reply, expected: float | None
+) -> None:
+    fake.script(reply)
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    assert (info.value.kind, info.value.retry_after) == ("rate_limit", expected)
+
+
+async def test_retry_after_as_an_http_date_is_seconds_from_now(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    fake.script(rate_limited(email.utils.formatdate(time.time() + 30, usegmt=True)))
+    with pytest.raises(ModelCallError) as info:
+        await model.complete(request())
+    assert info.value.retry_after is not None
+    assert 27 <= info.value.retry_after <= 31
+
+
+async def test_a_call_that_takes_too_long_is_a_retryable_timeout(
+    fake: FakeAnthropicServer,
+) -> None:
+    fake.script(hang())
+    async with AnthropicModel("claude-test", base_url=fake.url, api_key="k", timeout_s=0.2) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("timeout", True)
+    assert type(info.value.__cause__) is anthropic.APITimeoutError
+
+
+async def test_a_strict_client_s_validation_error_is_a_bad_response(
+    fake: FakeAnthropicServer,
+) -> None:
+    client = anthropic.AsyncAnthropic(
+        api_key="k", base_url=fake.url, _strict_response_validation=True
+    )
+    fake.script(Reply(body=b'{"id": "msg_x", "type": "message", "content": "not blocks"}'))
+    async with AnthropicModel("claude-test", client=client) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    await client.close()
+    assert (info.value.kind, info.value.retryable) == ("bad_response", True)
+    assert type(info.value.__cause__) is anthropic.APIResponseValidationError
+
+
+async def test_an_unreachable_server_is_a_retryable_connection_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    async with AnthropicModel("claude-test", base_url=url) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "ConnectError" in info.value.message  # the transport's reason is kept
+
+
+def test_errors_raised_outside_a_response_translate_to_their_kind() -> None:
+    import httpx2
+
+    req = httpx2.Request("POST", "http://x/v1/messages")
+    cases: dict[str, tuple[Exception, str, bool]] = {
+        "AnthropicError": (anthropic.AnthropicError("boom"), "error", False),
+        "APIError": (anthropic.APIError("boom", req, body=None), "error", False),
+        "APIWebhookValidationError": (
+            anthropic.APIWebhookValidationError("boom", req, body=None),
+            "error",
+            False,
+        ),
+        "RetryableError": (anthropic.RetryableError("boom"), "error", True),
+        "CredentialsError": (anthropic.CredentialsError("boom"), "auth", False),
+        "IdentityTokenFileError": (anthropic.IdentityTokenFileError("boom"), "auth", False),
+        "WorkloadIdentityError": (
+            anthropic.WorkloadIdentityError("boom", status_code=400, request_id="req_1"),
+            "auth",
+            False,
+        ),
+    }
+    assert set(cases) == {n for n, t in ELSEWHERE.items() if t.endswith("to_their_kind")}
+    for name, (exc, kind, retryable) in cases.items():
+        assert type(exc) is getattr(anthropic, name)
+        out = _translate(exc, anthropic, "http://x (model 'm')")
+        assert isinstance(out, ModelCallError), name
+        assert (out.kind, out.retryable, out.retry_after) == (kind, retryable, None), name
+        assert out.message.startswith(f"{name} from http://x (model 'm'): boom"), out.message
+
+
+async def test_cancellation_propagates(model: AnthropicModel, fake: FakeAnthropicServer) -> None:
+    fake.script(hang())
+    task = asyncio.create_task(model.complete(request()))
+    for _ in range(500):
+        if fake.requests:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+class _StubClient:
+    """Stands in for an AsyncAnthropic passed as client=: raises ``exc`` from create()."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        self.base_url = "http://stub"
+        self.messages = self
+
+    def with_options(self, **options: Any) -> _StubClient:
+        assert options == {"max_retries": 0}
+        return self
+
+    async def create(self, **body: Any) -> Any:
+        raise self.exc
+
+
+async def test_exceptions_that_are_not_the_sdks_propagate_unchanged() -> None:
+    # The SDK wraps whatever its transport raises in APIConnectionError, so only a client
+    # that is not the SDK's can raise something else.
+    boom = RuntimeError("a bug in a client wrapper")
+    model = AnthropicModel("claude-test", client=_StubClient(boom))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError) as info:
+        await model.complete(request())
+    assert info.value is boom
+    assert _translate(ValueError("x"), anthropic, "here") is None
+
+
+# --- construction, environment, lifetime -----------------------------------------------------
+
+
+async def test_key_and_base_url_come_from_the_environment_at_construction(
+    fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
+    fake.script(message(text("hi")))
+    async with AnthropicModel("claude-test") as m:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-changed-later")
+        await m.complete(request())
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-ant-from-env"
+
+
+async def test_arguments_win_over_the_environment(
+    fake: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-env")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    fake.script(message(text("hi")))
+    async with AnthropicModel("claude-test", base_url=fake.url, api_key="sk-arg") as m:
+        await m.complete(request())
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-arg"
+
+
+async def test_a_local_server_needs_no_key(fake: FakeAnthropicServer) -> None:
+    fake.script(message(text("hi")))
+    async with AnthropicModel("claude-test", base_url=fake.url) as m:
+        await m.complete(request())
+    assert fake.requests[0].headers["authorization"] == f"Bearer {NO_KEY_PLACEHOLDER}"
+
+
+@pytest.mark.parametrize("base_url", [None, "https://api.example.com"])
+def test_a_remote_server_without_a_key_is_a_config_error(base_url: str | None) -> None:
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        AnthropicModel("claude-test", base_url=base_url)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"model": ""},
+        {"timeout_s": 0},
+        {"max_tokens": 0},
+        {"thinking_budget": 4096},  # not below max_tokens
+        {"tool_choice": "sometimes"},
+    ],
+)
+def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
+    args: dict[str, Any] = {"model": "claude-test", "api_key": "k", **kwargs}
+    with pytest.raises(ConfigError):
+        AnthropicModel(args.pop("model"), **args)
+
+
+def test_client_with_base_url_or_api_key_is_a_type_error() -> None:
+    client = anthropic.AsyncAnthropic(api_key="k", base_url="http://127.0.0.1:9")
+    with pytest.raises(TypeError, match="not both"):
+        AnthropicModel("claude-test", client=client, api_key="k2")
+
+
+def test_repr_never_shows_the_key_or_url_credentials() -> None:
+    m = AnthropicModel(
+        "claude-test", base_url="https://user:pw@api.example.com", api_key="sk-ant-secret-1234"
+    )
+    shown = repr(m)
+    assert "sk-ant-secret" not in shown and "pw" not in shown
+    assert "claude-test" in shown and "***@api.example.com" in shown
+
+
+async def test_a_key_echoed_by_the_server_is_masked_in_the_error(
+    fake: FakeAnthropicServer,
+) -> None:
+    fake.script(error(401, "invalid key sk-ant-secret-abcdef for this proxy"))
+    async with AnthropicModel(
+        "claude-test", base_url=fake.url, api_key="sk-ant-secret-abcdef"
+    ) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert "sk-ant-secret" not in info.value.message and "invalid key ***" in info.value.message
+
+
+async def test_aclose_closes_the_client_it_built_but_not_one_passed_in(
+    fake: FakeAnthropicServer,
+) -> None:
+    own = AnthropicModel("claude-test", base_url=fake.url, api_key="k")
+    await own.aclose()
+    await own.aclose()  # idempotent
+    assert own.client.is_closed()
+
+    theirs = anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=5)
+    fake.script(message(text("hi")))
+    async with AnthropicModel("claude-test", client=theirs) as m:
+        assert m.client.max_retries == 0 and theirs.max_retries == 5
+        assert (await m.complete(request())).text == "hi"
+    assert not theirs.is_closed()
+    await theirs.close()
+
+
+def test_constructing_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "anthropic", None)
+    with pytest.raises(ImportError) as info:
+        AnthropicModel("claude-test", api_key="k")
+    assert str(info.value) == INSTALL_HINT
+
+
+def test_importing_the_module_does_not_import_the_sdk() -> None:
+    code = (
+        "import sys\n"
+        "import polyloop, polyloop.models, polyloop.models.anthropic as m\n"
+        "print('anthropic' in sys.modules)\n"
+        "sys.modules['anthropic'] = None\n"
+        "try:\n"
+        "    m.AnthropicModel('claude-test', api_key='k')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert out.stdout.splitlines() == ["False", INSTALL_HINT]
+
+
+# --- end to end through Loop -----------------------------------------------------------------
+
+
+def adder() -> ToolRegistry:
+    tools = ToolRegistry()
+
+    @tools.tool
+    def add(a: int, b: int) -> str:
+        """Add two numbers."""
+        return str(a + b)
+
+    return tools
+
+
+async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
+    fake.script(
+        message(tool_use("add", {"a": 2, "b": 3}, id="toolu_01"), id="msg_a"),
+        message(text("2 + 3 = 5"), id="msg_b", usage={"input_tokens": 120, "output_tokens": 8}),
+    )
+    async with AnthropicModel("claude-test", base_url=fake.url) as model:
+        result = await Loop(model, tools=adder(), clock=FakeClock()).run("What is 2+3?")
+    assert result.stop_reason is StopReason.agent_finished
+    assert result.final_answer == "2 + 3 = 5"
+    assert [s.llm_call_id for s in result.steps] == ["msg_a", "msg_b"]
+    assert result.steps[0].observation == "5"
+    assert result.usage == Usage(82 + 120, 17 + 8)
+    first, second = (r.body for r in fake.requests)
+    assert [t["name"] for t in first["tools"]] == ["add"]
+    assert set(first["tools"][0]) == {"name", "description", "input_schema"}
+    assert first["tool_choice"]["disable_parallel_tool_use"] is True
+    assert second["messages"][-2:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_01", "name": "add", "input": {"a": 2, "b": 3}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "5"}],
+        },
+    ]
+
+
+async def test_with_thinking_the_signed_blocks_go_back_with_their_tool_use(
+    fake: FakeAnthropicServer,
+) -> None:
+    fake.script(
+        message(
+            thinking("2 plus 3, use the tool", signature="sig-1"),
+            redacted_thinking("opaque"),
+            tool_use("add", {"a": 2, "b": 3}, id="toolu_01"),
+        ),
+        message(thinking("done"), text("5")),
+    )
+    async with AnthropicModel(
+        "claude-test", base_url=fake.url, max_tokens=4096, thinking_budget=2048
+    ) as model:
+        result = await Loop(model, tools=adder(), clock=FakeClock()).run("What is 2+3?")
+    assert result.stop_reason is StopReason.agent_finished
+    assert result.steps[0].reasoning_chars == len("2 plus 3, use the tool")
+    second = fake.requests[1].body
+    assert second["messages"][-2]["content"] == [
+        {"type": "thinking", "thinking": "2 plus 3, use the tool", "signature": "sig-1"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "tool_use", "id": "toolu_01", "name": "add", "input": {"a": 2, "b": 3}},
+    ]
+
+
+async def test_loop_retries_a_rate_limit_after_the_servers_retry_after(
+    fake: FakeAnthropicServer,
+) -> None:
+    fake.script(rate_limited("2"), message(text("done"), id="msg_ok"))
+    clock = FakeClock()
+    async with AnthropicModel("claude-test", base_url=fake.url) as model:
+        result = await Loop(model, tools=adder(), clock=clock).run("go")
+    assert result.stop_reason is StopReason.agent_finished
+    assert [s.llm_call_id for s in result.steps] == ["msg_ok"]
+    assert clock.sleeps == [2.0]  # the default backoff (~0.5 s) raised to retry-after
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [
+        (error(401, "invalid x-api-key"), "auth"),
+        (error(400, "prompt is too long: 215000 tokens > 200000 maximum"), "context_length"),
+    ],
+    ids=["auth", "context_length"],
+)
+async def test_loop_ends_llm_error_on_a_non_retryable_failure(
+    fake: FakeAnthropicServer, reply: Reply, kind: str
+) -> None:
+    fake.script(reply)
+    async with AnthropicModel("claude-test", base_url=fake.url) as model:
+        result = await Loop(model, tools=adder(), clock=FakeClock()).run("go")
+    assert result.stop_reason is StopReason.llm_error  # never context_overflow
+    assert result.stop_detail is not None
+    assert f"kind={kind}, retryable=False, attempts=1" in result.stop_detail
+    assert [s.llm_call_id for s in result.steps] == [None]
+    assert len(fake.requests) == 1
