@@ -449,7 +449,7 @@ def test_bad_input_is_one_line_and_exit_1(
     missing = str(tmp_path / "no-such-dir")
 
     cases = {
-        "unknown model prefix": ("run", "g", "--model", "anthropic:x", "--workspace", "ws"),
+        "unknown model prefix": ("run", "g", "--model", "nosuch:x", "--workspace", "ws"),
         "missing workspace": ("run", "g", "--model", "openai:x", "--workspace", missing),
         "unknown run for show": ("show", "no-such-run", "--journal", "j.db"),
         "unknown run for resume": ("resume", "no-such-run", "--journal", "j.db"),
@@ -467,7 +467,7 @@ def test_bad_input_is_one_line_and_exit_1(
             raise AssertionError(f"{name}: {cases[name]}\n{done}") from None
 
     err = {name: d.err for name, d in results.items()}
-    assert "unknown model provider 'anthropic'" in err["unknown model prefix"]
+    assert "unknown model provider 'nosuch'" in err["unknown model prefix"]
     assert "no-such-dir does not exist" in err["missing workspace"]
     assert "no run 'no-such-run'" in err["unknown run for show"]
     assert "no run 'no-such-run'" in err["unknown run for resume"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
+import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -907,3 +909,56 @@ async def test_loop_ends_llm_error_on_a_non_retryable_failure(
     assert f"kind={kind}, retryable=False, attempts=1" in result.stop_detail
     assert [s.llm_call_id for s in result.steps] == [None]
     assert len(fake.requests) == 1
+
+
+# --- the polyloop command --------------------------------------------------------------------
+
+
+def _polyloop(cwd: Any, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "ANTHROPIC_", "POLYLOOP_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "polyloop.cli", *args],
+        cwd=cwd,
+        env={**clean, "PYTHONUNBUFFERED": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_command_runs_an_anthropic_model(fake: FakeAnthropicServer, tmp_path: Path) -> None:
+    pytest.importorskip("typer")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("the code is 7\n", encoding="utf-8")
+    fake.script(
+        message(tool_use("read_file", {"path": "notes.txt"}, id="toolu_r1"), id="msg_1"),
+        message(text("The code is 7."), id="msg_2"),
+    )
+    model = ("--model", "anthropic:claude-test", "--base-url", fake.url)
+    where = ("--workspace", "ws", "--journal", "j.db", "--tools", "files")
+    done = _polyloop(tmp_path, "run", "read notes", *model, *where, ANTHROPIC_API_KEY="sk-ant-e")
+    assert done.returncode == 0, done
+    assert "agent_finished" in done.stdout, done
+    first, second = fake.requests
+    assert first.headers["authorization"] == "Bearer sk-ant-e"
+    assert first.body["model"] == "claude-test"
+    assert second.body["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_r1", "content": "the code is 7\n"}
+        ],
+    }
+
+
+def test_the_command_without_an_anthropic_key_says_so_in_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("typer")
+    (tmp_path / "ws").mkdir()
+    done = _polyloop(tmp_path, "run", "g", "--model", "anthropic:claude-test", "--workspace", "ws")
+    assert done.returncode == 1, done
+    (line,) = done.stderr.strip().splitlines()
+    assert "ANTHROPIC_API_KEY" in line and "Traceback" not in done.stderr
+    assert not (tmp_path / "polyloop.db").exists()

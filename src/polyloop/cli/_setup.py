@@ -75,12 +75,10 @@ def run_config(
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
-    if provider == "gemini":
-        pass  # Google's Gemini API: _gemini_model
-    elif provider != "openai":
+    if provider not in ("openai", "anthropic", "gemini"):
         raise BadInput(
             f"unknown model provider {provider!r} in {model!r}: use openai:MODEL "
-            "(any OpenAI-compatible server via --base-url)"
+            "(any OpenAI-compatible server via --base-url), anthropic:MODEL or gemini:MODEL"
         )
     if not workspace.is_dir():
         raise BadInput(f"the workspace {workspace} does not exist or is not a folder")
@@ -132,35 +130,38 @@ def loop_parts(config: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _model(config: dict[str, Any]) -> Any:
-    if config["model"].startswith("gemini:"):
-        return _gemini_model(config)
     options: dict[str, Any] = {"base_url": config.get("base_url")}
     if config.get("timeout_s") is not None:
         options["timeout_s"] = config["timeout_s"]
+    provider, _, name = config["model"].partition(":")
     try:
+        if provider == "anthropic":
+            return _anthropic_model(name, options)
+        if provider == "gemini":
+            return _gemini_model(name, options)
         from polyloop.models.openai import OpenAIModel
 
-        return OpenAIModel(config["model"].partition(":")[2], **options)
+        return OpenAIModel(name, **options)
     except ImportError as exc:
         raise BadInput(str(exc).splitlines()[0]) from None
     except ConfigError as exc:
         raise BadInput(str(exc)) from None
 
 
-def _gemini_model(config: dict[str, Any]) -> Any:
-    """``gemini:MODEL``: a ``GeminiModel``, its key from ``GOOGLE_API_KEY`` or
-    ``GEMINI_API_KEY`` (the SDK's order)."""
-    options: dict[str, Any] = {"base_url": config.get("base_url")}
-    if config.get("timeout_s") is not None:
-        options["timeout_s"] = config["timeout_s"]
-    try:
-        from polyloop.models.gemini import GeminiModel
+def _anthropic_model(name: str, options: dict[str, Any]) -> Any:
+    """``anthropic:MODEL``: an AnthropicModel; its key comes from ``ANTHROPIC_API_KEY`` and
+    its base URL from ``--base-url``, else ``ANTHROPIC_BASE_URL``, else Anthropic's."""
+    from polyloop.models.anthropic import AnthropicModel
 
-        return GeminiModel(config["model"].partition(":")[2], **options)
-    except ImportError as exc:
-        raise BadInput(str(exc).splitlines()[0]) from None
-    except ConfigError as exc:
-        raise BadInput(str(exc)) from None
+    return AnthropicModel(name, **options)
+
+
+def _gemini_model(name: str, options: dict[str, Any]) -> Any:
+    """``gemini:MODEL``: a GeminiModel, its key from ``GOOGLE_API_KEY`` or ``GEMINI_API_KEY``
+    (the SDK's order)."""
+    from polyloop.models.gemini import GeminiModel
+
+    return GeminiModel(name, **options)
 
 
 async def build_loop(
