@@ -962,3 +962,54 @@ def test_the_command_without_an_anthropic_key_says_so_in_one_line(tmp_path: Path
     (line,) = done.stderr.strip().splitlines()
     assert "ANTHROPIC_API_KEY" in line and "Traceback" not in done.stderr
     assert not (tmp_path / "polyloop.db").exists()
+
+
+async def test_thinking_blocks_survive_many_runs_interleaved_on_one_model(
+    fake: FakeAnthropicServer,
+) -> None:
+    # A batch of runs sharing one model: every run's first reply comes before any run's next
+    # request. Each next request still carries its own run's signed thinking.
+    runs = 100
+    fake.script(
+        *(
+            message(
+                thinking(f"run {n} thinks", signature=f"sig-{n}"),
+                tool_use("add", {"a": n, "b": 1}, id=f"toolu_{n}"),
+            )
+            for n in range(runs)
+        ),
+        *(message(text("done")) for _ in range(runs)),
+    )
+    goal = {"role": "user", "content": "add"}
+    async with AnthropicModel(
+        "claude-test", base_url=fake.url, api_key="sk-ant-test", thinking_budget=2048
+    ) as model:
+        replies = [
+            await model.complete(ModelRequest(f"run-{n}", 0, 1, [goal], [ADD_SPEC]))
+            for n in range(runs)
+        ]
+        for n, reply in enumerate(replies):
+            call = reply.tool_calls[0]
+            history = [
+                goal,
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": "add", "arguments": call.arguments_text},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": call.id, "content": str(n + 1)},
+            ]
+            await model.complete(ModelRequest(f"run-{n}", 1, 1, history, [ADD_SPEC]))
+    for n in range(runs):
+        sent = fake.requests[runs + n].body["messages"][1]["content"]
+        assert sent[0] == {
+            "type": "thinking",
+            "thinking": f"run {n} thinks",
+            "signature": f"sig-{n}",
+        }

@@ -161,9 +161,11 @@ _TOOL_CHOICES: Final[Mapping[str, str]] = {
     "none": "none",
 }
 
-# Replies whose thinking blocks are kept to send back with their tool calls (see the class
-# docstring); only the latest matters to the API, a few more cover interleaved runs.
+# Thinking blocks kept to send back with their tool calls (see the class docstring): per run,
+# those of its latest replies (only the latest matters to the API); and the runs most recently
+# called, so that a batch of concurrent runs on one model does not evict its members' blocks.
 _THINKING_KEPT: Final = 32
+_RUNS_KEPT: Final = 1024
 
 
 def _sdk() -> ModuleType:
@@ -201,9 +203,12 @@ class AnthropicModel:
     Extended thinking (``thinking_budget``) with tools: the API requires the signed thinking
     blocks of a tool-calling reply to come back with it in the next request. PolyLoop's
     context does not carry them, so this model keeps them, by tool_use id, for its recent
-    replies and puts them back in front of the matching ``tool_use`` blocks. They live in
-    memory only: a run resumed in a new process sends its last tool call without them, and
-    the API may refuse that request (``bad_request``).
+    replies and puts them back in front of the matching ``tool_use`` blocks. They are kept
+    per run (``request.run_id``): the last 32 tool-calling replies of each of the 1024 runs
+    most recently called, so runs sharing one model neither see nor evict each other's. They
+    live in memory only: a run resumed in a new process, or one idle while 1024 others were
+    called, sends its last tool call without them, and the API may refuse that request
+    (``bad_request``).
 
     The SDK's own retries are off (``max_retries=0``): PolyLoop's
     :class:`~polyloop.RetryPolicy` owns retrying, so every attempt is journaled, counted and
@@ -293,7 +298,8 @@ class AnthropicModel:
         self._thinking_budget = thinking_budget
         self._tool_choice = choice
         self._extra_body = dict(extra_body) if extra_body else None
-        self._thinking: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        # run_id -> (tool_use id -> the thinking blocks of the reply that made it)
+        self._thinking: OrderedDict[str, OrderedDict[str, list[dict[str, Any]]]] = OrderedDict()
         self._closed = False
         self._client: AsyncAnthropic
         if client is not None:
@@ -366,16 +372,24 @@ class AnthropicModel:
             raise translated from exc
         reply, thinking = _reply(response, self._where())
         if thinking and reply.tool_calls:
+            kept = self._thinking.get(request.run_id)
+            if kept is None:
+                kept = self._thinking[request.run_id] = OrderedDict()
+                if len(self._thinking) > _RUNS_KEPT:
+                    self._thinking.popitem(last=False)
             for call in reply.tool_calls:
                 if call.id:
-                    self._thinking[call.id] = thinking
-            while len(self._thinking) > _THINKING_KEPT:
-                self._thinking.popitem(last=False)
+                    kept[call.id] = thinking
+            while len(kept) > _THINKING_KEPT:
+                kept.popitem(last=False)
         return reply
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         where = self._where()
-        system, messages = _wire_messages(request.messages, self._thinking, where)
+        kept = self._thinking.get(request.run_id)
+        if kept is not None:
+            self._thinking.move_to_end(request.run_id)
+        system, messages = _wire_messages(request.messages, kept or {}, where)
         body: dict[str, Any] = {
             "model": self._model,
             "max_tokens": self._max_tokens,
