@@ -718,3 +718,24 @@ def test_the_cli_runs_gemini_models(fake: FakeGeminiServer, tmp_path: Path) -> N
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0
     assert "GEMINI_API_KEY" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_empty_user_text_sends_no_empty_text_part(
+    model: GeminiModel, fake: FakeGeminiServer
+) -> None:
+    # Gemini refuses a request with an empty text part ("empty text parameter").
+    fake.script(generated(text("ok")))
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "2+3?"},
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": ""},
+        {"role": "user", "content": [{"type": "text", "text": ""}]},
+    ]
+    await model.complete(request(messages, [ADD_SPEC]))
+    contents = body_of(fake)["contents"]
+    assert contents[0] == {"role": "user", "parts": [{"text": "2+3?"}]}
+    assert [p for c in contents for p in c["parts"] if "text" in p] == [{"text": "2+3?"}]
+    assert contents[-1]["role"] == "user"
+    assert contents[-1]["parts"][0]["functionResponse"]["response"] == {"result": ""}

@@ -131,7 +131,8 @@ class GeminiModel:
     (``args`` the parsed arguments; arguments that are not a JSON object are sent as ``{}``);
     tool messages ``functionResponse`` parts (``name`` found from the call they answer,
     ``response`` ``{"result": content}``) in one ``user`` content, consecutive contents of the
-    same role merged, as Gemini requires. The request's messages are never modified.
+    same role merged, as Gemini requires; a user message with no text is left out (Gemini
+    refuses an empty text part). The request's messages are never modified.
 
     Tools are sent as ``functionDeclarations`` with ``parametersJsonSchema`` (the JSON Schema
     as given) and ``toolConfig.functionCallingConfig.mode`` (``function_calling_mode``).
@@ -347,8 +348,8 @@ class GeminiModel:
                 if isinstance(call_id, str) and not call_id.startswith(_OWN_ID_PREFIX):
                     response["id"] = call_id
                 add("user", [{"function_response": response}])
-            else:
-                add("user", [{"text": _text_of(message.get("content"))}])
+            elif text := _text_of(message.get("content")):  # Gemini refuses an empty text part
+                add("user", [{"text": text}])
         return "\n\n".join(s for s in system if s), contents
 
     def _reply(self, response: Any) -> ModelReply:
