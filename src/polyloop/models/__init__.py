@@ -2,6 +2,8 @@
 
 * :mod:`polyloop.models.openai` — ``OpenAIModel``, any OpenAI-compatible chat completions
   server, on the official ``openai`` SDK (extra ``polyloop[openai]``).
+* :mod:`polyloop.models.openai_responses` — ``OpenAIResponsesModel``, OpenAI's Responses API
+  (for its reasoning models: reasoning summaries), on the same SDK and extra.
 * :mod:`polyloop.models.anthropic` — ``AnthropicModel``, Anthropic's Messages API, on the
   official ``anthropic`` SDK (extra ``polyloop[anthropic]``).
 * :mod:`polyloop.models.gemini` — ``GeminiModel``, Google's Gemini API, on the official

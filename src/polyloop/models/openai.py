@@ -216,7 +216,8 @@ class OpenAIModel:
                 if base is None or not _is_local(base):
                     shown = _redact_url(base) if base else None
                     raise ConfigError(
-                        "OpenAIModel has no API key: pass api_key= or set OPENAI_API_KEY "
+                        f"{type(self).__name__} has no API key: pass api_key= or set "
+                        "OPENAI_API_KEY "
                         f"(only a base_url on this machine needs none; base_url={shown!r})"
                     )
                 key = NO_KEY_PLACEHOLDER
@@ -242,7 +243,7 @@ class OpenAIModel:
         return self._client
 
     def __repr__(self) -> str:
-        return f"OpenAIModel(model={self._model!r}, base_url={self.base_url!r})"
+        return f"{type(self).__name__}(model={self._model!r}, base_url={self.base_url!r})"
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:

@@ -1,0 +1,334 @@
+"""``OpenAIResponsesModel``: the Model seam over OpenAI's Responses API (``POST /responses``).
+
+The API OpenAI recommends for its reasoning models: it returns reasoning summaries, which the
+chat completions API does not. Built on the same ``openai`` SDK as
+:class:`~polyloop.models.openai.OpenAIModel` (extra ``polyloop[openai]``, imported lazily),
+and configured the same way: ``base_url``/``OPENAI_BASE_URL``, ``api_key``/``OPENAI_API_KEY``,
+``client=``, ``timeout_s``, the SDK's own retries off so that every attempt is journaled.
+
+Errors are translated by the chat adapter's mapping (the SDK raises the same exception
+classes for both APIs): the same ``kind`` per status, ``retry_after`` from ``retry-after-ms`` /
+``Retry-After``. In addition, a 200 response whose ``status`` is ``failed`` is
+``ModelCallError(kind="server", retryable=True)``, and a conversation that cannot be converted
+to Responses input items is ``kind="bad_request"`` (not retryable) before any request is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from ..types import ConfigError, Message, ModelCallError, ModelReply, ModelRequest, ToolCall, Usage
+from .openai import OpenAIModel, _bad_response, _count, _translate
+
+__all__ = ["OpenAIResponsesModel"]
+
+ReasoningSummary = Literal["auto", "concise", "detailed"]
+
+
+class OpenAIResponsesModel(OpenAIModel):
+    """The Model seam over the OpenAI Responses API, for OpenAI's reasoning models.
+
+    One ``complete`` is one ``POST /responses`` with ``store=false`` (stateless: PolyLoop's
+    context is the history and is sent whole every call; nothing is kept at OpenAI and no
+    ``previous_response_id`` is used), the request's chat-format messages converted to
+    Responses ``input`` items, and, when there are tools, ``tools`` (function tools, converted
+    from the chat format), ``tool_choice`` and ``parallel_tool_calls=false``.
+
+    The conversion of PolyLoop's OpenAI chat-format messages:
+
+    * ``system`` and ``developer`` messages → message items with that role, in place (not
+      ``instructions``, which hold one text: a history may have several, anywhere);
+    * ``user``/``assistant`` text → message items (chat content parts ``text`` and
+      ``image_url`` become ``input_text``/``input_image``);
+    * an assistant's ``tool_calls`` → one ``function_call`` item each (``call_id``, ``name``,
+      ``arguments`` as the exact string; a mapping is sent as JSON), after its text;
+    * ``tool`` messages → ``function_call_output`` items with their ``tool_call_id`` as
+      ``call_id``.
+
+    The reasoning of earlier replies is recorded in the steps, never sent back (with
+    ``store=false`` the API could only take it as encrypted content); a reasoning model
+    reasons afresh each call. A function spec's ``strict`` is sent as given, ``false`` when
+    the spec has none (the Responses API would otherwise apply strict schemas, which
+    PolyLoop's tool schemas need not satisfy).
+
+    Args:
+        model: e.g. ``"o4-mini"`` or ``"gpt-5"``.
+        reasoning_effort: sent as ``reasoning.effort`` when not None (``"minimal"``,
+            ``"low"``, ``"medium"``, ``"high"``); None: the model's default.
+        reasoning_summary: sent as ``reasoning.summary`` (default ``"auto"``, so that the
+            reply's reasoning is recorded); None leaves it out. With both None no
+            ``reasoning`` field is sent (for models that are not reasoning models).
+        max_tokens: sent as ``max_output_tokens`` (it counts reasoning tokens too).
+        store: sent as ``store``; default False (see above).
+        The other arguments are :class:`~polyloop.models.openai.OpenAIModel`'s; ``extra_body``
+        is merged into every request body.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        reasoning_effort: str | None = None,
+        reasoning_summary: ReasoningSummary | None = "auto",
+        store: bool = False,
+        **options: Any,
+    ) -> None:
+        if reasoning_effort is not None and not isinstance(reasoning_effort, str):
+            raise ConfigError(
+                f"OpenAIResponsesModel reasoning_effort must be a str such as 'low', "
+                f"got {reasoning_effort!r}"
+            )
+        if reasoning_summary not in (None, "auto", "concise", "detailed"):
+            raise ConfigError(
+                "OpenAIResponsesModel reasoning_summary must be 'auto', 'concise', 'detailed' "
+                f"or None, got {reasoning_summary!r}"
+            )
+        if not isinstance(store, bool):
+            raise ConfigError(f"OpenAIResponsesModel store must be a bool, got {store!r}")
+        super().__init__(model, **options)
+        reasoning: dict[str, str] = {}
+        if reasoning_effort is not None:
+            reasoning["effort"] = reasoning_effort
+        if reasoning_summary is not None:
+            reasoning["summary"] = reasoning_summary
+        self._reasoning = reasoning or None
+        self._store = store
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """One response for ``request``.
+
+        Returns:
+            ``text`` (the ``output_text`` parts of the ``message`` items, joined with "\\n"
+            between items; a ``refusal`` part counts as text), ``reasoning`` (the
+            ``summary_text`` parts of the ``reasoning`` items, joined with blank lines; None
+            when there are none), ``tool_calls`` (the ``function_call`` items, ``call_id`` as
+            the call's id, arguments as the exact string received), ``call_id`` (the
+            response's ``id``), ``usage`` (``input_tokens``, ``output_tokens``; the reasoning
+            tokens are part of ``output_tokens``, as OpenAI bills them; None when not
+            reported). A response cut short (``status="incomplete"``, e.g. at
+            ``max_output_tokens``) returns what it holds.
+
+        Raises:
+            ModelCallError: the call failed; ``kind`` and ``retryable`` as for ``OpenAIModel``,
+                plus ``server`` for a response with ``status="failed"`` and ``bad_request``
+                for a conversation that cannot be converted.
+
+        Nothing is retried here; a failed call may have been processed (and billed) or not.
+        """
+        body = self._responses_body(request)
+        client: Any = self._client
+        try:
+            response = await client.responses.create(**body)
+        except Exception as exc:
+            key = getattr(self._client, "api_key", None)
+            translated = _translate(
+                exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
+            )
+            if translated is None:
+                raise
+            raise translated from exc
+        return _reply(response, self._where())
+
+    def _responses_body(self, request: ModelRequest) -> dict[str, Any]:
+        where = self._where()
+        body: dict[str, Any] = {
+            "model": self._model,
+            "input": _input_items(request.messages, where),
+            "store": self._store,
+            "timeout": self._timeout_s,
+        }
+        if request.tool_specs:
+            body["tools"] = [_wire_tool(spec, where) for spec in request.tool_specs]
+            body["parallel_tool_calls"] = False
+            if self._tool_choice is not None:
+                body["tool_choice"] = _wire_tool_choice(self._tool_choice)
+        if self._reasoning is not None:
+            body["reasoning"] = dict(self._reasoning)
+        if self._temperature is not None:
+            body["temperature"] = self._temperature
+        if self._max_tokens is not None:
+            body["max_output_tokens"] = self._max_tokens
+        if self._extra_body is not None:
+            body["extra_body"] = self._extra_body
+        return body
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def _unconvertible(where: str, what: str) -> ModelCallError:
+    return ModelCallError(
+        f"cannot send the conversation to {where}: {what} "
+        "(the context must hold OpenAI-format chat messages)",
+        retryable=False,
+        kind="bad_request",
+    )
+
+
+def _wire_tool(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A chat-format function spec as a Responses function tool; a spec already in the
+    Responses shape (``name`` at the top level) or of another type is sent as given."""
+    if spec.get("type") != "function" or "name" in spec:
+        return dict(spec)
+    fn = spec.get("function")
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise _unconvertible(where, f"a tool spec without a function name: {spec!r}")
+    tool: dict[str, Any] = {
+        "type": "function",
+        "name": fn["name"],
+        "parameters": fn.get("parameters") or {"type": "object", "properties": {}},
+        "strict": bool(fn.get("strict", False)),
+    }
+    if fn.get("description"):
+        tool["description"] = fn["description"]
+    return tool
+
+
+def _wire_tool_choice(choice: str | Mapping[str, Any]) -> str | Mapping[str, Any]:
+    """``{"type": "function", "function": {"name": N}}`` (chat) as ``{"type": "function",
+    "name": N}``; strings and other shapes as given."""
+    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        return {"type": "function", "name": choice["function"].get("name")}
+    return choice
+
+
+def _content(content: Any, role: str, where: str) -> str | list[dict[str, Any]]:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, Sequence):
+        raise _unconvertible(where, f"a {role} message with content of type {type(content)}")
+    text_type = "output_text" if role == "assistant" else "input_text"
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": text_type, "text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            if not isinstance(url, str):
+                raise _unconvertible(where, f"an image part without a url: {part!r}")
+            wire: dict[str, Any] = {"type": "input_image", "image_url": url}
+            if isinstance(image, Mapping) and image.get("detail"):
+                wire["detail"] = image["detail"]
+            parts.append(wire)
+        elif (
+            isinstance(part, Mapping)
+            and isinstance(kind, str)
+            and kind.startswith(("input_", "output_"))
+        ):
+            parts.append(dict(part))  # already a Responses content part
+        else:
+            raise _unconvertible(where, f"a {role} content part it cannot convert: {part!r}")
+    return parts
+
+
+def _input_items(messages: Sequence[Message], where: str) -> list[dict[str, Any]]:
+    """The chat-format ``messages`` as Responses ``input`` items (see the class docstring)."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _unconvertible(where, "a tool message without a tool_call_id")
+            output = message.get("content")
+            if not isinstance(output, str):
+                output = "" if output is None else json.dumps(output, default=str)
+            items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+        elif role in ("system", "developer", "user"):
+            content = _content(message.get("content"), role, where)
+            items.append({"type": "message", "role": role, "content": content})
+        elif role == "assistant":
+            content = _content(message.get("content"), role, where)
+            calls = message.get("tool_calls") or ()
+            if content or not calls:
+                items.append({"type": "message", "role": "assistant", "content": content})
+            for call in calls:
+                items.append(_function_call_item(call, where))
+        else:
+            raise _unconvertible(where, f"a message with role {role!r}")
+    return items
+
+
+def _function_call_item(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    call_id = call.get("id") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise _unconvertible(where, f"an assistant tool call without a function name: {call!r}")
+    if not isinstance(call_id, str) or not call_id:
+        raise _unconvertible(where, f"an assistant tool call without an id: {call!r}")
+    arguments = fn.get("arguments")
+    if arguments is None:
+        arguments = ""
+    elif not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return {"type": "function_call", "call_id": call_id, "name": fn["name"], "arguments": arguments}
+
+
+# -- replies -----------------------------------------------------------------------------------
+
+
+def _reply(response: Any, where: str) -> ModelReply:
+    """Map a Responses ``response`` object to a ``ModelReply``. The SDK does not validate
+    response bodies, so every field used is checked here; a wrong shape is ``bad_response``."""
+    output = getattr(response, "output", None)
+    if not isinstance(output, list):
+        shown = repr(response)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        raise _bad_response(where, f"no output list in the response: {shown}")
+    if getattr(response, "status", None) == "failed":
+        error = getattr(response, "error", None)
+        code, text = getattr(error, "code", None), getattr(error, "message", None)
+        raise ModelCallError(
+            f"the response from {where} failed: {code}: {' '.join(str(text).split())}",
+            retryable=True,
+            kind="server",
+        )
+    texts: list[str] = []
+    summaries: list[str] = []
+    calls: list[ToolCall] = []
+    for item in output:
+        kind = getattr(item, "type", None)
+        if kind == "message":
+            parts = [
+                part.text if getattr(part, "type", None) == "output_text" else part.refusal
+                for part in getattr(item, "content", None) or ()
+                if getattr(part, "type", None) in ("output_text", "refusal")
+            ]
+            if any(not isinstance(p, str) for p in parts):
+                raise _bad_response(where, f"a message item with non-text content: {item!r}")
+            texts.append("".join(parts))
+        elif kind == "reasoning":
+            for part in getattr(item, "summary", None) or ():
+                text = getattr(part, "text", None)
+                if isinstance(text, str) and text:
+                    summaries.append(text)
+        elif kind == "function_call":
+            name, arguments = getattr(item, "name", None), getattr(item, "arguments", None)
+            if not isinstance(name, str) or not isinstance(arguments, str | None):
+                raise _bad_response(where, f"a function_call item without a name: {item!r}")
+            call_id = getattr(item, "call_id", None)
+            calls.append(
+                ToolCall(name, arguments or "", call_id if isinstance(call_id, str) else None)
+            )
+        # other items (web search, file search, ...) come only from tools PolyLoop never sends
+    usage = None
+    reported = getattr(response, "usage", None)
+    if reported is not None:
+        prompt = _count(getattr(reported, "input_tokens", None))
+        completion = _count(getattr(reported, "output_tokens", None))
+        if prompt is not None or completion is not None:
+            usage = Usage(prompt, completion)
+    response_id = getattr(response, "id", None)
+    return ModelReply(
+        text="\n".join(t for t in texts if t),
+        reasoning="\n\n".join(summaries) or None,
+        tool_calls=tuple(calls),
+        call_id=response_id if isinstance(response_id, str) and response_id else None,
+        usage=usage,
+    )
