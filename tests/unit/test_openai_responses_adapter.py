@@ -4,9 +4,11 @@ against a scripted server on 127.0.0.1 serving the Responses API's shapes."""
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -406,3 +408,36 @@ async def test_loop_ends_llm_error_on_a_non_retryable_failure(
     assert result.stop_reason is StopReason.llm_error
     assert result.stop_detail is not None
     assert f"kind={kind}, retryable=False, attempts=1" in result.stop_detail
+
+
+# --- the polyloop command --------------------------------------------------------------------
+
+
+def test_the_command_runs_an_openai_responses_model(fake: FakeOpenAIServer, tmp_path: Path) -> None:
+    pytest.importorskip("typer")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("the code is 7\n", encoding="utf-8")
+    fake.script(
+        response(function_call("read_file", '{"path": "notes.txt"}', call_id="call_r1")),
+        response(message("The code is 7.")),
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "POLYLOOP_"))}
+    model = ("--model", "openai-responses:o4-mini", "--base-url", fake.url)
+    where = ("--workspace", "ws", "--journal", "j.db", "--tools", "files")
+    done = subprocess.run(
+        [sys.executable, "-m", "polyloop.cli", "run", "read notes", *model, *where],
+        cwd=tmp_path,
+        env={**clean, "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": "sk-e"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done
+    assert "agent_finished" in done.stdout, done
+    first, second = fake.requests
+    assert first.path == "/v1/responses" and first.body["model"] == "o4-mini"
+    assert second.body["input"][-1] == {
+        "type": "function_call_output",
+        "call_id": "call_r1",
+        "output": "the code is 7\n",
+    }

@@ -75,10 +75,11 @@ def run_config(
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
-    if provider not in ("openai", "anthropic", "gemini"):
+    if provider not in ("openai", "openai-responses", "anthropic", "gemini"):
         raise BadInput(
             f"unknown model provider {provider!r} in {model!r}: use openai:MODEL "
-            "(any OpenAI-compatible server via --base-url), anthropic:MODEL or gemini:MODEL"
+            "(any OpenAI-compatible server via --base-url), openai-responses:MODEL, "
+            "anthropic:MODEL or gemini:MODEL"
         )
     if not workspace.is_dir():
         raise BadInput(f"the workspace {workspace} does not exist or is not a folder")
@@ -139,6 +140,8 @@ def _model(config: dict[str, Any]) -> Any:
             return _anthropic_model(name, options)
         if provider == "gemini":
             return _gemini_model(name, options)
+        if provider == "openai-responses":
+            return _openai_responses_model(name, options)
         from polyloop.models.openai import OpenAIModel
 
         return OpenAIModel(name, **options)
@@ -162,6 +165,14 @@ def _gemini_model(name: str, options: dict[str, Any]) -> Any:
     from polyloop.models.gemini import GeminiModel
 
     return GeminiModel(name, **options)
+
+
+def _openai_responses_model(name: str, options: dict[str, Any]) -> Any:
+    """``openai-responses:MODEL``: an OpenAIResponsesModel (OpenAI's Responses API, for its
+    reasoning models), configured as ``openai:MODEL`` is (``OPENAI_API_KEY``, ``--base-url``)."""
+    from polyloop.models.openai_responses import OpenAIResponsesModel
+
+    return OpenAIResponsesModel(name, **options)
 
 
 async def build_loop(
