@@ -11,7 +11,33 @@ from datetime import UTC
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["is_local", "redact_url", "retry_after", "seconds"]
+from ..types import ConfigError
+
+__all__ = [
+    "NO_KEY_PLACEHOLDER",
+    "api_key_or_placeholder",
+    "is_local",
+    "redact_url",
+    "retry_after",
+    "seconds",
+]
+
+NO_KEY_PLACEHOLDER = "polyloop-no-key"
+"""The key sent to a server on this machine when none is given (local servers need none)."""
+
+
+def api_key_or_placeholder(key: str | None, base: str | None, owner: str, env_var: str) -> str:
+    """``key``, or :data:`NO_KEY_PLACEHOLDER` for a ``base`` URL on this machine; without
+    either, ``ConfigError`` naming ``owner`` (the adapter class) and ``env_var``."""
+    if key is not None:
+        return key
+    if base is None or not is_local(base):
+        shown = redact_url(base) if base else None
+        raise ConfigError(
+            f"{owner} has no API key: pass api_key= or set {env_var} "
+            f"(only a base_url on this machine needs none; base_url={shown!r})"
+        )
+    return NO_KEY_PLACEHOLDER
 
 
 def redact_url(url: str) -> str:

@@ -64,14 +64,13 @@ from ..types import (
     Usage,
     import_extra,
 )
-from ._http import is_local, redact_url, retry_after
+from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder, redact_url, retry_after
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
 __all__ = ["NO_KEY_PLACEHOLDER", "AnthropicModel"]
 
-NO_KEY_PLACEHOLDER: Final = "polyloop-no-key"
 """The API key sent to a ``base_url`` on this machine when no key is configured."""
 
 _INSTALL_HINT: Final = (
@@ -316,14 +315,7 @@ class AnthropicModel:
         else:
             base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
             key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
-            if key is None:
-                if base is None or not is_local(base):
-                    shown = redact_url(base) if base else None
-                    raise ConfigError(
-                        f"{name} has no API key: pass api_key= or set ANTHROPIC_API_KEY "
-                        f"(only a base_url on this machine needs none; base_url={shown!r})"
-                    )
-                key = NO_KEY_PLACEHOLDER
+            key = api_key_or_placeholder(key, base, name, "ANTHROPIC_API_KEY")
             self._client = sdk.AsyncAnthropic(
                 api_key=key, base_url=base, max_retries=0, timeout=self._timeout_s
             )

@@ -52,7 +52,7 @@ from ..types import (
     Usage,
     import_extra,
 )
-from ._http import is_local as _is_local
+from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder
 from ._http import redact_url as _redact_url
 from ._http import retry_after as _retry_after
 
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_KEY_PLACEHOLDER", "OpenAIModel"]
 
-NO_KEY_PLACEHOLDER: Final = "polyloop-no-key"
 """The API key sent to a ``base_url`` on this machine when no key is configured (local servers
 such as Ollama or llama.cpp ignore it, but the SDK insists on sending one)."""
 
@@ -212,15 +211,7 @@ class OpenAIModel:
         else:
             base = base_url or os.environ.get("OPENAI_BASE_URL") or None
             key = api_key or os.environ.get("OPENAI_API_KEY") or None
-            if key is None:
-                if base is None or not _is_local(base):
-                    shown = _redact_url(base) if base else None
-                    raise ConfigError(
-                        f"{type(self).__name__} has no API key: pass api_key= or set "
-                        "OPENAI_API_KEY "
-                        f"(only a base_url on this machine needs none; base_url={shown!r})"
-                    )
-                key = NO_KEY_PLACEHOLDER
+            key = api_key_or_placeholder(key, base, type(self).__name__, "OPENAI_API_KEY")
             self._client = sdk.AsyncOpenAI(
                 api_key=key, base_url=base, max_retries=0, timeout=self._timeout_s
             )
