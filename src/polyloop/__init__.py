@@ -7,6 +7,7 @@ side effects.
 """
 
 from .loop import Loop, SystemClock
+from .models.fallback import FallbackModel
 from .tools import ToolEnvironment, ToolRegistry
 from .types import (
     DEFAULT_TEMPLATES,
@@ -59,6 +60,7 @@ __all__ = [
     "EnvironmentFailure",
     "EscalationReport",
     "Failure",
+    "FallbackModel",
     "FinalAnswer",
     "GuardContext",
     "InvalidDecision",

@@ -25,7 +25,17 @@ from .types import (
     Turn,
 )
 
-__all__ = ["Clock", "Context", "ContextBuilder", "Environment", "Interpreter", "Journal", "Model"]
+__all__ = [
+    "Clock",
+    "Context",
+    "ContextBuilder",
+    "Environment",
+    "Interpreter",
+    "Journal",
+    "Model",
+    "ModelChain",
+    "model_name",
+]
 
 
 @runtime_checkable
@@ -39,6 +49,31 @@ class Model(Protocol):
     """
 
     async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+
+@runtime_checkable
+class ModelChain(Protocol):
+    """A model that is several models in order (:class:`polyloop.FallbackModel`). The kernel
+    asks ``models[0]``, retrying it per the retry policy; when an attempt fails with a kind in
+    ``fallback_on`` and is not (or no longer) retried, the next attempt asks the next model,
+    with a fresh retry budget. Each attempt is journaled with the ``name`` of the model it
+    asked. ``complete`` is for use outside a run (it asks the models in turn, no retries)."""
+
+    @property
+    def models(self) -> Sequence[Model]: ...
+
+    @property
+    def fallback_on(self) -> frozenset[str]: ...
+
+    async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+
+def model_name(model: object) -> str | None:
+    """The ``name`` a model gives itself (a str attribute, optional: the built-in adapters
+    give ``"provider:model"``, e.g. ``"openai:gpt-4o-mini"``), or None. Journaled with each
+    attempt (``model_calls.model``) and in the step it answered (``StepRecord.model``)."""
+    name = getattr(model, "name", None)
+    return name if isinstance(name, str) and name else None
 
 
 @runtime_checkable

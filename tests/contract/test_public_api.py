@@ -54,6 +54,7 @@ def test_all_is_pinned() -> None:
             "RunEndGuard",
             "Steer",
             "Failure",
+            "FallbackModel",
             "JournalError",
             "LeaseLost",
             "MalformedValue",

@@ -1,7 +1,8 @@
-"""A journal written by the previous minor version of the table schema (1.0: no
-``steps.replaced_chars``) still opens, on SQLite and PostgreSQL: a writer migrates it (adds the
-column, sets the version in ``meta``) and the run goes on; its steps read back without the
-column, as 0."""
+"""A journal written by an older minor version of the table schema (1.0: no
+``steps.replaced_chars``; 1.1: no ``steps.model`` and no ``model_calls.model``,
+``response_model``, ``cached_tokens``, ``reasoning_tokens``) still opens, on SQLite and
+PostgreSQL: a writer migrates it (adds the columns, sets the version in ``meta``) and the run
+goes on; its steps read back without the columns, with the fields' defaults."""
 
 from __future__ import annotations
 
@@ -17,7 +18,20 @@ from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION, _steps_from_
 from tests.contract.test_resume import World, new_loop
 from tests.durability.journals import SQLiteStore, Store, crashed_run
 
+ADDED_IN_1_2 = (
+    ("steps", "model"),
+    ("model_calls", "model"),
+    ("model_calls", "response_model"),
+    ("model_calls", "cached_tokens"),
+    ("model_calls", "reasoning_tokens"),
+)
+TO_1_1 = (
+    *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_2),
+    "UPDATE meta SET value = '1.1' WHERE key = 'journal_schema_version'",
+    "UPDATE runs SET journal_schema_version = '1.1'",
+)
 TO_1_0 = (
+    *TO_1_1,
     "ALTER TABLE steps DROP COLUMN replaced_chars",
     "UPDATE meta SET value = '1.0' WHERE key = 'journal_schema_version'",
     "UPDATE runs SET journal_schema_version = '1.0'",
@@ -52,6 +66,7 @@ async def test_the_steps_of_a_1_0_journal_read_back_without_the_column(
     steps = _steps_from_rows(names, [tuple(row.values()) for row in rows])
     assert [s.step_idx for s in steps] == list(range(len(rows)))
     assert {s.replaced_chars for s in steps} == {0}
+    assert {s.model for s in steps} == {None}
 
 
 async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backend: Store) -> None:
@@ -59,7 +74,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     await a_1_0_journal(store)
     assert journal_version(store) == "1.0"
     async with store.journal() as journal:
-        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.1"
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.2"
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
@@ -69,7 +84,25 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     assert store.sql("SELECT journal_schema_version FROM runs") == [("1.0",)]
     async with store.journal() as journal:  # migrated once: a second writer changes nothing
         await new_loop(World(), journal).run("pay", run_id="new")
-    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.1",)]
+    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.2",)]
+
+
+async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_columns(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage(*TO_1_1)
+    assert "model" not in step_columns(store)
+    async with store.journal() as journal:
+        assert journal_version(store) == "1.2"
+        r = await new_loop(World(), journal).resume("r")
+    assert r.stop_reason == StopReason.task_completed
+    assert "model" in step_columns(store) and "replaced_chars" in step_columns(store)
+    calls = store.rows("SELECT * FROM model_calls ORDER BY step_idx, attempt")
+    assert {"model", "response_model", "cached_tokens", "reasoning_tokens"} <= set(calls[0])
+    # The rows written before the migration have NULL in the added columns.
+    assert {row["model"] for row in calls} == {None}  # the scripted model has no name
 
 
 async def test_a_1_1_journal_without_the_column_is_refused_as_damaged(
@@ -95,8 +128,8 @@ async def test_a_column_a_newer_minor_adds_while_a_journal_reads_is_read_past(
         for _ in range(12):
             before = await journal.steps("r")
         store.damage(
-            "ALTER TABLE steps ADD COLUMN added_by_1_2 INTEGER NOT NULL DEFAULT 0",
-            "UPDATE meta SET value = '1.2' WHERE key = 'journal_schema_version'",
+            "ALTER TABLE steps ADD COLUMN added_by_1_3 INTEGER NOT NULL DEFAULT 0",
+            "UPDATE meta SET value = '1.3' WHERE key = 'journal_schema_version'",
         )
         assert await journal.steps("r") == before
         r = await new_loop(World(), journal).resume("r")

@@ -128,11 +128,23 @@ ACTION_STEP = StepWritten(
 )
 RECORDS: list[Record] = [
     ModelIntent(0, "01J9Z8K3T6QW4M5N7P8R9S0T1U", 1),
+    ModelIntent(0, "01J9Z8K3T6QW4M5N7P8R9S0T1U", 2, "anthropic:claude-sonnet-4-5"),
     ModelResult(0, "01J9Z8K3T6QW4M5N7P8R9S0T1U", 1, "chatcmpl-9x", REPLY, 812.5),
+    ModelResult(
+        0,
+        "i0",
+        2,
+        "msg_01",
+        ModelReply("ok", usage=Usage(900, 40, 512, 12), model="claude-sonnet-4-5-20250929"),
+        640.0,
+    ),
     ModelResult(1, "i1", 2, "i1", ModelReply("The answer is 42."), 3.0),
     ModelResult(2, "i2", 1, "chatcmpl-1", NOOP_REPLY, 0.25),
     ModelResult(3, "i3", 1, "chatcmpl-3", ModelReply("bad \ufffd"), 1.0, 1),
     ModelAttemptFailed(0, "i0", 1, ErrorInfo("ModelCallError", "429", "rate_limit", True, 2), 5.0),
+    ModelAttemptFailed(
+        0, "i0", 2, ErrorInfo("ModelCallError", "503", "server", True), 9.0, fallback=True
+    ),
     ModelFailure(0, "i0", 3, ErrorInfo("TimeoutError", "timed out"), 30000.0),
     ModelFailure(0, "i0", 1, ErrorInfo("ValueError", "bad \ufffd\ufffd"), 2.0, 2),
     ActionIntent(0, "op-1", ACTION, ARGS_JSON, ReplayPolicy.never, True),
@@ -274,7 +286,7 @@ arg_mappings: st.SearchStrategy[Mapping[Any, Any]] = st.one_of(
     arg_dicts.map(ItemsLie),
 )
 tool_calls = st.builds(ToolCall, texts, texts | arg_mappings, opt_texts)
-usages = st.none() | st.builds(Usage, opt_ints, opt_ints)
+usages = st.none() | st.builds(Usage, opt_ints, opt_ints, opt_ints, opt_ints)
 replies = st.builds(
     ModelReply,
     text=texts,
@@ -282,6 +294,7 @@ replies = st.builds(
     tool_calls=st.lists(tool_calls, max_size=3).map(tuple),
     call_id=opt_texts,
     usage=usages,
+    model=opt_texts,
 )
 failures = st.none() | st.builds(Failure, opt_texts, opt_texts, opt_texts, opt_texts)
 outcomes = st.builds(
@@ -319,11 +332,12 @@ step_records = st.builds(
     completed=st.booleans(),
     schema_version=st.sampled_from(["1.0", "1.7", "1"]),
     replaced_chars=counts,
+    model=opt_texts,
 )
 
 
 @HOT
-@given(st.builds(ModelIntent, scalars, scalars, scalars))
+@given(st.builds(ModelIntent, scalars, scalars, scalars, opt_texts | scalars))
 def test_model_intent(record: ModelIntent) -> None:
     assert_same(record)
 

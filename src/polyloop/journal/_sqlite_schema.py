@@ -24,13 +24,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("polyloop")
 
-JOURNAL_SCHEMA_VERSION = "1.1"
+JOURNAL_SCHEMA_VERSION = "1.2"
 """Version of the table schema. A newer minor adds only what an older reader can ignore; a
 file with another major version is refused (``JournalError``), never modified. A writer that
 opens a journal of an older minor migrates it (adds what the minors since then added, see
 ``_ADDED_COLUMNS``, and sets this version in ``meta``); a reader does not need it migrated.
 
-1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``)."""
+1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``); 1.2 added ``steps.model``
+and ``model_calls.model``, ``response_model``, ``cached_tokens``, ``reasoning_tokens`` (all
+nullable)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -80,6 +82,7 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("completed", "INTEGER NOT NULL"),
     ("schema_version", "TEXT NOT NULL"),
     ("replaced_chars", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.1
+    ("model", "TEXT"),  # journal schema 1.2
 )
 _STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
 _STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed"})
@@ -114,6 +117,10 @@ _DDL: tuple[str, ...] = (
     output_tokens INTEGER,
     latency_ms REAL,
     error TEXT,
+    model TEXT,
+    response_model TEXT,
+    cached_tokens INTEGER,
+    reasoning_tokens INTEGER,
     PRIMARY KEY (intent_id, attempt)
 )""",
     "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
@@ -125,6 +132,11 @@ _TABLES = frozenset({"meta", "runs", "steps", "journal", "model_calls"})
 # fields their defaults); a writer adds them when it opens one (``_migrate``).
 _ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
     (1, "steps", "replaced_chars", "INTEGER NOT NULL DEFAULT 0"),
+    (2, "steps", "model", "TEXT"),
+    (2, "model_calls", "model", "TEXT"),
+    (2, "model_calls", "response_model", "TEXT"),
+    (2, "model_calls", "cached_tokens", "INTEGER"),
+    (2, "model_calls", "reasoning_tokens", "INTEGER"),
 )
 
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
@@ -137,15 +149,17 @@ _INSERT_STEP = (
 )
 _MARK_UNCERTAIN = """UPDATE model_calls SET state = 'uncertain'
     WHERE intent_id = ? AND attempt < ? AND state = 'pending'"""
-_INSERT_INTENT = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, state)
-    VALUES (?, ?, ?, ?, 'pending')"""
+_INSERT_INTENT = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, model, state)
+    VALUES (?, ?, ?, ?, ?, 'pending')"""
 _UPSERT_CALL = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, llm_call_id,
-        state, input_tokens, output_tokens, latency_ms, error)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        state, input_tokens, output_tokens, latency_ms, error, response_model, cached_tokens,
+        reasoning_tokens)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (intent_id, attempt) DO UPDATE SET llm_call_id = excluded.llm_call_id,
         state = excluded.state, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
-        error = excluded.error"""
+        error = excluded.error, response_model = excluded.response_model,
+        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens"""
 _END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = ? AND state = 'pending'"
 _RELEASE = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
 _LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?"

@@ -183,6 +183,10 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("output_tokens", "INTEGER"),
         ("latency_ms", "DOUBLE PRECISION"),
         ("error", "TEXT"),
+        ("model", "TEXT"),  # journal schema 1.2, as the four below
+        ("response_model", "TEXT"),
+        ("cached_tokens", "INTEGER"),
+        ("reasoning_tokens", "INTEGER"),
     ),
 }
 _TABLE_TAIL: Final = {
@@ -280,17 +284,24 @@ def _insert_many(table: str, columns: Sequence[tuple[str, str]], tail: str = "")
 _MANY_JOURNAL = _insert_many("journal", _TABLE_COLUMNS["journal"])
 _MANY_STEPS = _insert_many("steps", _TABLE_COLUMNS["steps"])
 _MANY_INTENTS = (
-    "INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, state) "
-    "SELECT *, 'pending' FROM unnest(%s::text[], %s::integer[], %s::text[], %s::integer[])"
+    "INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, model, state) "
+    "SELECT *, 'pending' FROM unnest(%s::text[], %s::integer[], %s::text[], %s::integer[], "
+    "%s::text[])"
+)
+# The columns of an attempt's outcome (``call_row``): every column but ``model``, which its
+# intent wrote.
+_CALL_COLUMNS: Final = tuple(
+    (n, "TEXT" if n == "state" else d) for n, d in _TABLE_COLUMNS["model_calls"] if n != "model"
 )
 _MANY_CALLS = _insert_many(
     "model_calls",
-    [(n, "TEXT" if n == "state" else d) for n, d in _TABLE_COLUMNS["model_calls"]],
+    _CALL_COLUMNS,
     """
     ON CONFLICT (intent_id, attempt) DO UPDATE SET llm_call_id = excluded.llm_call_id,
         state = excluded.state, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
-        error = excluded.error""",
+        error = excluded.error, response_model = excluded.response_model,
+        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens""",
 )
 _RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
@@ -850,8 +861,8 @@ class PostgresJournal:
         }
         journal: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["journal"]]
         steps: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["steps"]]
-        intents: list[list[Any]] = [[], [], [], []]
-        calls: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["model_calls"]]
+        intents: list[list[Any]] = [[], [], [], [], []]
+        calls: list[list[Any]] = [[] for _ in _CALL_COLUMNS]
 
         def add(columns: list[list[Any]], row: Sequence[Any]) -> None:
             for column, value in zip(columns, row, strict=True):

@@ -8,12 +8,16 @@ Tables (their names and columns are public: downstream SQL reads them directly):
                  goal, limits_json, metadata_json, history_json
     steps        one row per step record: run_id plus a column per StepRecord field, same
                  names (booleans as 0/1); PRIMARY KEY (run_id, step_idx). replaced_chars
-                 arrived with journal schema 1.1 (a writer adds it to an older file)
+                 arrived with journal schema 1.1, model with 1.2 (a writer adds them to an
+                 older file)
     journal      the append-only records: run_id, seq (1, 2, ... per run), kind, body (the
                  canonical JSON of ``record_to_dict``), written_at; PRIMARY KEY (run_id, seq)
     model_calls  the accounts, one row per model-call attempt: run_id, step_idx, intent_id,
-                 attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error;
-                 PRIMARY KEY (intent_id, attempt)
+                 attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
+                 and (journal schema 1.2) model (the ``name`` of the model the attempt asked,
+                 written with its intent), response_model (the provider's name for the model
+                 that answered), cached_tokens (of input_tokens, read from the provider's
+                 cache), reasoning_tokens (of output_tokens); PRIMARY KEY (intent_id, attempt)
     meta         key/value: journal_schema_version, step_schema_version
 
 ``model_calls.state`` is ``pending`` (intent written, no answer yet), ``ok``, ``retried`` (failed,
@@ -89,6 +93,7 @@ from ..types import (
     RunSpec,
     StepRecord,
     StepWritten,
+    Usage,
     canonical_json,
     record_from_dict,
     record_json,
@@ -193,6 +198,39 @@ def _error_text(error: ErrorInfo) -> str:
     return f"{error.type}: {error.message} [kind={error.kind}, retryable={error.retryable}]"
 
 
+def intent_row(run_id: str, r: ModelIntent) -> tuple[Any, ...]:
+    """The ``model_calls`` row a model intent inserts (state ``pending``): run_id, step_idx,
+    intent_id, attempt, model."""
+    return (run_id, r.step_idx, r.intent_id, r.attempt, r.model)
+
+
+def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) -> tuple[Any, ...]:
+    """The ``model_calls`` row an attempt's outcome upserts: run_id, step_idx, intent_id,
+    attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
+    response_model, cached_tokens, reasoning_tokens (``model`` stays as its intent wrote it)."""
+    head = (run_id, r.step_idx, r.intent_id, r.attempt)
+    if not isinstance(r, ModelResult):
+        state = "retried" if isinstance(r, ModelAttemptFailed) else "failed"
+        error = _error_text(r.error)
+        return (*head, None, state, None, None, r.latency_ms, error, None, None, None)
+    u = r.reply.usage or _NO_USAGE
+    return (
+        *head,
+        r.llm_call_id,
+        "ok",
+        u.input_tokens,
+        u.output_tokens,
+        r.latency_ms,
+        None,
+        r.reply.model,
+        u.cached_tokens,
+        u.reasoning_tokens,
+    )
+
+
+_NO_USAGE = Usage()
+
+
 # -- preparing writes (on the caller's thread) ------------------------------------------------
 
 
@@ -216,45 +254,9 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
         p.rows.append((r.kind, record_json(r)))
         match r:
             case ModelIntent():
-                p.calls.append(("intent", (run_id, r.step_idx, r.intent_id, r.attempt)))
-            case ModelResult():
-                usage = r.reply.usage
-                p.calls.append(
-                    (
-                        "upsert",
-                        (
-                            run_id,
-                            r.step_idx,
-                            r.intent_id,
-                            r.attempt,
-                            r.llm_call_id,
-                            "ok",
-                            None if usage is None else usage.input_tokens,
-                            None if usage is None else usage.output_tokens,
-                            r.latency_ms,
-                            None,
-                        ),
-                    )
-                )
-            case ModelAttemptFailed() | ModelFailure():
-                state = "retried" if isinstance(r, ModelAttemptFailed) else "failed"
-                p.calls.append(
-                    (
-                        "upsert",
-                        (
-                            run_id,
-                            r.step_idx,
-                            r.intent_id,
-                            r.attempt,
-                            None,
-                            state,
-                            None,
-                            None,
-                            r.latency_ms,
-                            _error_text(r.error),
-                        ),
-                    )
-                )
+                p.calls.append(("intent", intent_row(run_id, r)))
+            case ModelResult() | ModelAttemptFailed() | ModelFailure():
+                p.calls.append(("upsert", call_row(run_id, r)))
             case StepWritten(step):
                 p.steps.append((run_id, *_step_row(step)))
                 p.executed += step.action_status == "executed"

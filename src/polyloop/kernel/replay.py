@@ -45,7 +45,12 @@ class Interrupted:
     intent_id: str
     last_attempt: int
     failures: int = 0
-    """Attempts of this step that failed and were to be retried."""
+    """Attempts of this step that failed and were to be retried, since it last fell back."""
+    tier: int = 0
+    """Which of a ``FallbackModel``'s models the step's next attempt asks (the count of its
+    failed attempts that fell back)."""
+    model: str | None = None
+    """The model name of the step's last model intent (the one a result answers)."""
     result: ModelResult | None = None
     failure: ModelFailure | None = None
     action_intent: ActionIntent | None = None
@@ -113,11 +118,12 @@ def replay(
                 if cur is None or cur.intent_id != rec.intent_id:
                     if cur is not None and (cur.result or cur.failure):
                         raise _out_of_order(run_id, seq, "a second model call for one step")
-                    cur = Interrupted(expected, rec.intent_id, rec.attempt)
+                    cur = Interrupted(expected, rec.intent_id, rec.attempt, model=rec.model)
                 elif cur.result is not None or cur.failure is not None:
                     raise _out_of_order(run_id, seq, "model intent after the step's result")
                 else:
                     cur.last_attempt = rec.attempt
+                    cur.model = rec.model
             case ModelResult() | ModelAttemptFailed() | ModelFailure():
                 if cur is None or cur.intent_id != rec.intent_id or cur.step_idx != rec.step_idx:
                     raise _out_of_order(run_id, seq, f"{rec.kind} without its model intent")
@@ -130,6 +136,9 @@ def replay(
                         )
                 elif isinstance(rec, ModelFailure):
                     cur.failure = rec
+                elif rec.fallback:
+                    cur.tier += 1
+                    cur.failures = 0
                 else:
                     cur.failures += 1
             case ActionIntent():

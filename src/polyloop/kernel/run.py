@@ -29,7 +29,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..seams import Clock, Context, ContextBuilder, Environment, Interpreter, Journal, Model
+from ..seams import (
+    Clock,
+    Context,
+    ContextBuilder,
+    Environment,
+    Interpreter,
+    Journal,
+    Model,
+    ModelChain,
+    model_name,
+)
 from ..types import (
     Action,
     ActionFinished,
@@ -55,6 +65,7 @@ from ..types import (
     ModelCallError,
     ModelCallFinished,
     ModelCallStarted,
+    ModelDelta,
     ModelFailure,
     ModelIntent,
     ModelReply,
@@ -155,6 +166,7 @@ class _StepCtx:
     intent: ActionIntent
     replaced: int  # code points replaced in this step before the action's outcome
     resumed: bool = False  # the intent was found without a result: it may have run already
+    model: str | None = None  # the name of the model that answered
 
 
 def _error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
@@ -269,6 +281,16 @@ class RunDriver:
         self._intent_written: _StepCtx | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Future[None] | None = None
+        # The models a step may ask, in order: a FallbackModel's, or the one model.
+        model = cfg.model
+        if isinstance(model, ModelChain):
+            self._models: tuple[Model, ...] = tuple(model.models)
+            self._fallback_on = frozenset(model.fallback_on)
+        else:
+            self._models = (model,)
+            self._fallback_on = frozenset()
+        self._model_names = tuple(model_name(m) for m in self._models)
+        self._partial = False  # the attempt in flight has delivered a ModelDelta
 
     # -- the loop -----------------------------------------------------------------------------
     async def drive(self, interrupted: Interrupted | None) -> RunResult:
@@ -329,14 +351,23 @@ class RunDriver:
                 it.last_attempt + 1,
                 it.failures,
                 it.replaced,
+                it.tier,
             )
         reply, call_id = it.result.reply, it.result.llm_call_id
         if it.action_intent is None:  # model result without step: re-interpret, no model call
             return await self._decide(
-                it.step_idx, t0, prompt_chars, reply, call_id, replaced=it.replaced
+                it.step_idx, t0, prompt_chars, reply, call_id, replaced=it.replaced, model=it.model
             )
         sc = _StepCtx(
-            it.step_idx, t0, prompt_chars, reply, call_id, it.action_intent, it.replaced, True
+            it.step_idx,
+            t0,
+            prompt_chars,
+            reply,
+            call_id,
+            it.action_intent,
+            it.replaced,
+            True,
+            it.model,
         )
         if it.action_result is not None:  # result without step: build the step, never re-run
             return await self._settle(sc, it.action_result, durable=True)
@@ -391,21 +422,30 @@ class RunDriver:
         attempt: int,
         failures: int,
         replaced: int = 0,
+        tier: int = 0,
     ) -> RunResult | None:
-        """C, from ``attempt`` on. ``failures``: failed attempts of this step so far;
-        ``replaced``: code points replaced in their errors (part of the step's count)."""
+        """C, from ``attempt`` on. ``failures``: failed attempts of this step so far, since it
+        last fell back; ``replaced``: code points replaced in their errors (part of the step's
+        count); ``tier``: which of the models the attempt asks (a FallbackModel's; a resumed
+        run given fewer models asks its last)."""
         cfg = self.cfg
         clock = cfg.clock
+        last = len(self._models) - 1
         while True:
-            await self._write((ModelIntent(step_idx, intent_id, attempt),))
+            tier = min(tier, last)
+            name = self._model_names[tier]
+            await self._write((ModelIntent(step_idx, intent_id, attempt, name),))
+            on_delta = None
+            self._partial = False
             if self._observers:
                 self._emit(ModelCallStarted(self.run_id, step_idx, intent_id, attempt))
+                on_delta = functools.partial(self._delta, step_idx, intent_id, attempt)
             request = ModelRequest(
-                self.run_id, step_idx, attempt, self.context.messages(), self.tool_specs
+                self.run_id, step_idx, attempt, self.context.messages(), self.tool_specs, on_delta
             )
             t = clock.monotonic()
             try:
-                reply = await cfg.model.complete(request)
+                reply = await self._models[tier].complete(request)
                 if not isinstance(reply, ModelReply):
                     raise TypeError(f"the model returned {type(reply).__name__}, not ModelReply")
             except asyncio.CancelledError:
@@ -436,6 +476,17 @@ class RunDriver:
                     )
                     attempt += 1
                     continue
+                # The next model's turn, unless this one's partial output was already shown:
+                # then recovery stays with it (a fallback would change an answer in view).
+                if tier < last and info.kind in self._fallback_on and not self._partial:
+                    fell = ModelAttemptFailed(
+                        step_idx, intent_id, attempt, info, latency, bad, fallback=True
+                    )
+                    await self._write((fell,))
+                    tier += 1
+                    failures = 0
+                    attempt += 1
+                    continue
                 await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency, bad),))
                 wall = (clock.monotonic() - t0) * 1000
                 step = model_failure_step(step_idx, prompt_chars, wall, replaced)
@@ -455,7 +506,7 @@ class RunDriver:
             # The result is written with the first record that acts on it (see _decide).
             result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad)
             return await self._decide(
-                step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad
+                step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
             )
 
     # -- D, E, F: interpret and act -----------------------------------------------------------
@@ -468,6 +519,7 @@ class RunDriver:
         call_id: str,
         result: ModelResult | None = None,
         replaced: int = 0,
+        model: str | None = None,
     ) -> RunResult | None:
         """D, E, F. ``result``: the model result not yet written; it goes into the journal in
         the same transaction as the first record that acts on the reply (the action intent,
@@ -501,8 +553,9 @@ class RunDriver:
             st.consecutive_invalid += 1
             wall = (clock.monotonic() - t0) * 1000
             step = invalid_step(
-                step_idx, reply, call_id, decision.feedback, prompt_chars, wall, replaced + bad
-            )
+                step_idx, reply, call_id, decision.feedback, prompt_chars, wall, replaced + bad,
+                model,
+            )  # fmt: skip
             reason = stopping.after_invalid(st.limits, st.consecutive_invalid)
             if reason is not None:
                 return await self._end(reason, records=first, step=step, reply=reply)
@@ -518,12 +571,12 @@ class RunDriver:
             if steer is not None:
                 step = final_answer_step(
                     step_idx, reply, call_id, prompt_chars, wall, steer.feedback,
-                    replaced + bad + in_feedback,
+                    replaced + bad + in_feedback, model,
                 )  # fmt: skip
                 await self._append_step((*first, *verdicts), step, reply, 0)
                 return None
             step = final_answer_step(
-                step_idx, reply, call_id, prompt_chars, wall, None, replaced + bad
+                step_idx, reply, call_id, prompt_chars, wall, None, replaced + bad, model
             )
             return await self._end(
                 stopping.FINAL_ANSWER,
@@ -536,7 +589,9 @@ class RunDriver:
         action = decision
         known = action.tool_name is None or action.tool_name in self.tool_names
         intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known, bad)
-        sc = _StepCtx(step_idx, t0, prompt_chars, reply, call_id, intent, replaced + bad)
+        sc = _StepCtx(
+            step_idx, t0, prompt_chars, reply, call_id, intent, replaced + bad, False, model
+        )
         self._intent_written = sc
         await self._write((*first, intent))
         return await self._act(sc)
@@ -629,7 +684,7 @@ class RunDriver:
         i = sc.intent
         step = action_step(
             sc.step_idx, sc.reply, sc.llm_call_id, i.action, i.args_json, outcome, cut,
-            sc.prompt_chars, wall, sc.replaced + result.replaced_chars,
+            sc.prompt_chars, wall, sc.replaced + result.replaced_chars, sc.model,
         )  # fmt: skip
         return step, cut
 
@@ -873,6 +928,11 @@ class RunDriver:
         ttl = self.cfg.lease_ttl_s
         if self.lease.expires_at - time.time() < ttl / 3:
             self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
+
+    def _delta(self, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
+        """A streaming adapter's ``on_delta``: one ModelDelta event."""
+        self._partial = True
+        self._emit(ModelDelta(self.run_id, step_idx, intent_id, attempt, kind, text))
 
     def _emit(self, event: Event) -> None:
         for observer in self._observers:

@@ -1,7 +1,8 @@
 """Builders for each kind of step record, exactly as the table in kernel.md §7 says.
 
 ``replaced_chars`` is the step's count of code points that were not valid Unicode in the text
-the kernel received for it (see :mod:`polyloop.kernel.text`)."""
+the kernel received for it (see :mod:`polyloop.kernel.text`); ``model`` is the name of the model
+whose reply the step holds (``seams.model_name``)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def invalid_step(
     prompt_chars: int,
     wall_ms: float,
     replaced_chars: int = 0,
+    model: str | None = None,
 ) -> StepRecord:
     """D: an invalid decision; ``parse_error`` is the feedback sent to the model."""
     raw, n_text, n_reason = _reply_fields(reply)
@@ -74,6 +76,7 @@ def invalid_step(
         llm_call_id=llm_call_id,
         step_wall_ms=wall_ms,
         replaced_chars=replaced_chars,
+        model=model,
     )
 
 
@@ -85,6 +88,7 @@ def final_answer_step(
     wall_ms: float,
     steer_feedback: str | None = None,
     replaced_chars: int = 0,
+    model: str | None = None,
 ) -> StepRecord:
     """E: a final answer; a steered one carries the guard's feedback as synthetic observation."""
     raw, n_text, n_reason = _reply_fields(reply)
@@ -103,6 +107,7 @@ def final_answer_step(
         llm_call_id=llm_call_id,
         step_wall_ms=wall_ms,
         replaced_chars=replaced_chars,
+        model=model,
     )
 
 
@@ -117,6 +122,7 @@ def action_step(
     prompt_chars: int,
     wall_ms: float,
     replaced_chars: int = 0,
+    model: str | None = None,
 ) -> StepRecord:
     """F: executed, not executed, or env error. The observation is kept in full;
     ``observation_truncated_chars`` is PolyLoop's cut plus the tool's own."""
@@ -140,6 +146,7 @@ def action_step(
         action_status=outcome.status,
         completed=outcome.completed,
         replaced_chars=replaced_chars,
+        model=model,
     )
 
 

@@ -45,7 +45,12 @@ def _ascii(text: str | None) -> bool:
 
 def _ascii_reply(reply: ModelReply) -> bool:
     """All of the reply's text is ASCII (so valid): the common case, checked fast."""
-    if not (reply.text.isascii() and _ascii(reply.reasoning) and _ascii(reply.call_id)):
+    if not (
+        reply.text.isascii()
+        and _ascii(reply.reasoning)
+        and _ascii(reply.call_id)
+        and _ascii(reply.model)
+    ):
         return False
     for c in reply.tool_calls:
         a = c.arguments
@@ -55,7 +60,7 @@ def _ascii_reply(reply: ModelReply) -> bool:
 
 
 def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
-    """The reply with its text, reasoning, call id and every tool call's name, id and
+    """The reply with its text, reasoning, call id, model name and every tool call's name, id and
     arguments (a str, or every key and string in a mapping) cleaned; the count replaced."""
     if _ascii_reply(reply):
         return reply, 0
@@ -63,6 +68,8 @@ def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
     reasoning, k = _opt(reply.reasoning)
     n += k
     call_id, k = _opt(reply.call_id)
+    n += k
+    model, k = _opt(reply.model)
     n += k
     calls = reply.tool_calls
     if calls:
@@ -80,7 +87,7 @@ def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
     if not n:
         return reply, 0
     return dataclasses.replace(
-        reply, text=text, reasoning=reasoning, call_id=call_id, tool_calls=calls
+        reply, text=text, reasoning=reasoning, call_id=call_id, tool_calls=calls, model=model
     ), n
 
 

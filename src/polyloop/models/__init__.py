@@ -8,6 +8,9 @@
   official ``anthropic`` SDK (extra ``polyloop[anthropic]``).
 * :mod:`polyloop.models.gemini` — ``GeminiModel``, Google's Gemini API, on the official
   ``google-genai`` SDK (extra ``polyloop[gemini]``).
+* :mod:`polyloop.models.fallback` — ``FallbackModel``, several models in order: the next is
+  asked when one fails with a rate limit, a server or connection error or a timeout (no extra;
+  also ``polyloop.FallbackModel``).
 
 Each adapter lives in its own module and imports its SDK lazily, so importing this package
 never needs an extra installed.

@@ -337,6 +337,12 @@ class AnthropicModel:
         """The SDK client in use (with ``max_retries=0``)."""
         return self._client
 
+    @property
+    def name(self) -> str:
+        """``"anthropic:MODEL"``: the model string of ``polyloop run --model``, journaled with
+        every attempt this model makes."""
+        return f"anthropic:{self._model}"
+
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self._model!r}, base_url={self.base_url!r})"
 

@@ -249,6 +249,12 @@ class GeminiModel:
         url = self._client._api_client._http_options.base_url
         return redact_url(str(url))
 
+    @property
+    def name(self) -> str:
+        """``"gemini:MODEL"``: the model string of ``polyloop run --model``, journaled with
+        every attempt this model makes."""
+        return f"gemini:{self._model}"
+
     def __repr__(self) -> str:
         return f"GeminiModel(model={self._model!r}, base_url={self.base_url!r})"
 

@@ -168,6 +168,8 @@ class OpenAIModel:
     it built. ``repr()`` never shows the key.
     """
 
+    _PROVIDER = "openai"
+
     def __init__(
         self,
         model: str,
@@ -232,6 +234,12 @@ class OpenAIModel:
     def client(self) -> AsyncOpenAI:
         """The SDK client in use (with ``max_retries=0``)."""
         return self._client
+
+    @property
+    def name(self) -> str:
+        """``"openai:MODEL"`` (``"openai-responses:MODEL"`` for the Responses API): the model
+        string of ``polyloop run --model``, journaled with every attempt this model makes."""
+        return f"{self._PROVIDER}:{self._model}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self._model!r}, base_url={self.base_url!r})"

@@ -66,6 +66,8 @@ class OpenAIResponsesModel(OpenAIModel):
         is merged into every request body.
     """
 
+    _PROVIDER = "openai-responses"
+
     def __init__(
         self,
         model: str,

@@ -30,10 +30,12 @@ class ScriptedModel:
     for that call: a ``ModelCallError(retryable=True)`` is retried by the kernel). Running out
     raises :class:`ScriptExhausted`, so the run ends ``llm_error`` saying the script ran out.
 
-    ``requests`` holds every request received, for assertions.
+    ``requests`` holds every request received, for assertions. ``name`` (optional) is the
+    model's name as the journal records it (``model_calls.model``, ``StepRecord.model``).
     """
 
-    def __init__(self, items: Iterable[ScriptItem]) -> None:
+    def __init__(self, items: Iterable[ScriptItem], *, name: str | None = None) -> None:
+        self.name = name
         self._items = list(items)
         self._next = 0
         self.requests: list[ModelRequest] = []
@@ -65,9 +67,11 @@ ReplyFn: TypeAlias = Callable[[ModelRequest], ModelReply | str | Awaitable[Model
 class FunctionModel:
     """A model whose reply is ``fn(request)``: sync or async, returning a ``ModelReply`` or a
     ``str`` (a text reply). Exceptions it raises are the model call's failures. Key replies by
-    ``request.step_idx`` for scripts that must survive a crash and resume."""
+    ``request.step_idx`` for scripts that must survive a crash and resume. ``name`` as for
+    :class:`ScriptedModel`."""
 
-    def __init__(self, fn: ReplyFn) -> None:
+    def __init__(self, fn: ReplyFn, *, name: str | None = None) -> None:
+        self.name = name
         self.fn = fn
         self.requests: list[ModelRequest] = []
 

@@ -20,6 +20,7 @@ __all__ = [
     "Event",
     "ModelCallFinished",
     "ModelCallStarted",
+    "ModelDelta",
     "Observer",
     "RunEnded",
     "RunStarted",
@@ -58,6 +59,22 @@ class ModelCallFinished:
     llm_call_id: str | None
     latency_ms: float
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDelta:
+    """A piece of a streamed reply as it arrived, for display (an adapter built with
+    ``stream=True``). ``kind`` is ``"text"``, ``"reasoning"`` or ``"tool_call"`` (a fragment of
+    a call's arguments). Deltas are never journaled: the attempt's complete reply is, once the
+    stream has ended; a stream cut off mid-way makes the attempt a failed one, and the deltas
+    already delivered belong to no reply (the next attempt's ``ModelCallStarted`` says so)."""
+
+    run_id: str
+    step_idx: int
+    intent_id: str
+    attempt: int
+    kind: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +122,7 @@ class RunEnded:
 Event: TypeAlias = (
     RunStarted
     | ModelCallStarted
+    | ModelDelta
     | ModelCallFinished
     | ActionStarted
     | ActionFinished

@@ -82,6 +82,10 @@ class ModelIntent:
     step_idx: int
     intent_id: str
     attempt: int
+    model: str | None = None
+    """The ``name`` of the model this attempt is sent to (a :class:`~polyloop.FallbackModel`
+    names the one of its models it asks); None for a model without a name. Left out of the
+    JSON form when None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,10 @@ class ModelAttemptFailed:
     latency_ms: float
     replaced_chars: int = 0
     """Code points of the error's texts that were replaced with U+FFFD."""
+    fallback: bool = False
+    """The next attempt goes to the next model of a :class:`~polyloop.FallbackModel` (this
+    model's retries are spent, or its error is not retried). Left out of the JSON form when
+    False."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +288,7 @@ class RunResult:
 
 
 def _reply_to(r: ModelReply) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "text": r.text,
         "reasoning": r.reasoning,
         "tool_calls": [
@@ -292,10 +300,22 @@ def _reply_to(r: ModelReply) -> dict[str, Any]:
             for c in r.tool_calls
         ],
         "call_id": r.call_id,
-        "usage": None
-        if r.usage is None
-        else {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens},
+        "usage": None if r.usage is None else _usage_to(r.usage),
     }
+    if r.model is not None:
+        out["model"] = r.model
+    return out
+
+
+def _usage_to(u: Usage) -> dict[str, Any]:
+    """The JSON form of a Usage; ``cached_tokens``/``reasoning_tokens`` only when reported, so
+    the usage of a provider that reports neither is written as before they existed."""
+    out: dict[str, Any] = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+    if u.cached_tokens is not None:
+        out["cached_tokens"] = u.cached_tokens
+    if u.reasoning_tokens is not None:
+        out["reasoning_tokens"] = u.reasoning_tokens
+    return out
 
 
 def _reply_from(d: Mapping[str, Any]) -> ModelReply:
@@ -305,7 +325,15 @@ def _reply_from(d: Mapping[str, Any]) -> ModelReply:
         reasoning=d.get("reasoning"),
         tool_calls=tuple(ToolCall(c["name"], c["arguments"], c.get("id")) for c in d["tool_calls"]),
         call_id=d.get("call_id"),
-        usage=None if usage is None else Usage(usage["input_tokens"], usage["output_tokens"]),
+        usage=None
+        if usage is None
+        else Usage(
+            usage["input_tokens"],
+            usage["output_tokens"],
+            usage.get("cached_tokens"),
+            usage.get("reasoning_tokens"),
+        ),
+        model=d.get("model"),
     )
 
 
@@ -408,12 +436,14 @@ def _pending_from(d: Mapping[str, Any] | None) -> PendingAction | None:
 def record_to_dict(record: Record) -> dict[str, Any]:
     """The JSON-ready form of a record, with its ``kind``."""
     match record:
-        case ModelIntent(step_idx, intent_id, attempt):
+        case ModelIntent(step_idx, intent_id, attempt, model):
             body: dict[str, Any] = {
                 "step_idx": step_idx,
                 "intent_id": intent_id,
                 "attempt": attempt,
             }
+            if model is not None:
+                body["model"] = model
         case ModelResult():
             body = {
                 "step_idx": record.step_idx,
@@ -435,6 +465,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             }
             if record.replaced_chars:
                 body["replaced_chars"] = record.replaced_chars
+            if isinstance(record, ModelAttemptFailed) and record.fallback:
+                body["fallback"] = True
         case ActionIntent():
             body = {
                 "step_idx": record.step_idx,
@@ -503,7 +535,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
     kind = d.get("kind")
     try:
         if kind == "model_intent":
-            return ModelIntent(d["step_idx"], d["intent_id"], d["attempt"])
+            return ModelIntent(d["step_idx"], d["intent_id"], d["attempt"], d.get("model"))
         if kind == "model_result":
             return ModelResult(
                 d["step_idx"],
@@ -515,8 +547,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d.get("replaced_chars", 0),
             )
         if kind in ("model_attempt_failed", "model_failure"):
-            cls = ModelAttemptFailed if kind == "model_attempt_failed" else ModelFailure
-            return cls(
+            fields = (
                 d["step_idx"],
                 d["intent_id"],
                 d["attempt"],
@@ -524,6 +555,9 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["latency_ms"],
                 d.get("replaced_chars", 0),
             )
+            if kind == "model_failure":
+                return ModelFailure(*fields)
+            return ModelAttemptFailed(*fields, d.get("fallback", False) is True)
         if kind == "action_intent":
             a = d["action"]
             return ActionIntent(

@@ -59,9 +59,10 @@ def _json_value(v: Any) -> str:
 
 
 def _model_intent_json(r: ModelIntent) -> str:
+    model = "" if r.model is None else f'"model":{_json_value(r.model)},'
     return (
         f'{{"attempt":{_json_value(r.attempt)},"intent_id":{_json_value(r.intent_id)},'
-        f'"kind":"model_intent","step_idx":{_json_value(r.step_idx)}}}'
+        f'"kind":"model_intent",{model}"step_idx":{_json_value(r.step_idx)}}}'
     )
 
 
@@ -77,14 +78,20 @@ def _tool_call_json(c: ToolCall) -> str:
 def _reply_json(r: ModelReply) -> str:
     calls = ",".join([_tool_call_json(c) for c in r.tool_calls])
     u = r.usage
-    usage = (
-        "null"
-        if u is None
-        else f'{{"input_tokens":{_json_value(u.input_tokens)},'
-        f'"output_tokens":{_json_value(u.output_tokens)}}}'
-    )
+    if u is None:
+        usage = "null"
+    else:
+        n_cached, n_reasoning = u.cached_tokens, u.reasoning_tokens
+        cached = "" if n_cached is None else f'"cached_tokens":{_json_value(n_cached)},'
+        reasoning = "" if n_reasoning is None else f',"reasoning_tokens":{_json_value(n_reasoning)}'
+
+        usage = (
+            f'{{{cached}"input_tokens":{_json_value(u.input_tokens)},'
+            f'"output_tokens":{_json_value(u.output_tokens)}{reasoning}}}'
+        )
+    model = "" if r.model is None else f'"model":{_json_value(r.model)},'
     return (
-        f'{{"call_id":{_json_value(r.call_id)},"reasoning":{_json_value(r.reasoning)},'
+        f'{{"call_id":{_json_value(r.call_id)},{model}"reasoning":{_json_value(r.reasoning)},'
         f'"text":{_json_value(r.text)},"tool_calls":[{calls}],"usage":{usage}}}'
     )
 
@@ -150,6 +157,7 @@ def _step_json(s: StepRecord) -> str:
         f'{{"action":{_json_value(s.action)},'
         f'"action_status":{_json_value(None if status is None else status.value)},'
         f'"completed":{_json_value(s.completed)},"llm_call_id":{_json_value(s.llm_call_id)},'
+        f'"model":{_json_value(s.model)},'
         f'"observation":{_json_value(s.observation)},'
         f'"observation_synthetic":{_json_value(s.observation_synthetic)},'
         f'"observation_truncated_chars":{_json_value(s.observation_truncated_chars)},'

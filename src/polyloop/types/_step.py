@@ -78,6 +78,12 @@ class StepRecord:
     the kernel received text: the model reply, the decision, the outcome, guard feedback and
     error messages; a bad code point that reaches two of them (a tool argument and the action
     text built from it) counts in each."""
+    model: str | None = None
+    """The ``name`` of the model whose reply this step holds: the one of a ``FallbackModel``'s
+    models that answered, or the adapter's name (``"openai:gpt-4o-mini"``); None on a
+    model-failure step and for a model without a name. The provider's own name for the model
+    that answered is in the journal's ``model_calls.response_model``. Added to schema 1.0 with
+    this default, a compatible change (a record written without it reads as None)."""
 
     def __post_init__(self) -> None:
         # Straight-line checks (no loops over names, no getattr): every step passes here.
@@ -106,6 +112,8 @@ class StepRecord:
             raise _fail("tool_name", "a str or None", self.tool_name)
         if self.tool_args_json is not None and not isinstance(self.tool_args_json, str):
             raise _fail("tool_args_json", "a str or None", self.tool_args_json)
+        if self.model is not None and not isinstance(self.model, str):
+            raise _fail("model", "a str or None", self.model)
         if type(self.parse_ok) is not bool:
             raise _fail("parse_ok", "a bool", self.parse_ok)
         if type(self.observation_synthetic) is not bool:

@@ -101,10 +101,19 @@ def canonical_json(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage of one model call, as the provider reported it (None: not reported)."""
+    """Token usage of one model call, as the provider reported it (None: not reported).
+
+    ``input_tokens`` counts every prompt token, ``cached_tokens`` those of them the provider
+    read from its prompt cache (a part of ``input_tokens``, billed at the cached price);
+    ``output_tokens`` counts every generated token, ``reasoning_tokens`` the hidden reasoning
+    among them (a part of ``output_tokens``). The adapters bring each provider to these
+    meanings (Anthropic reports cache reads beside the input, Gemini thoughts beside the
+    output: the adapter adds them in)."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     def __add__(self, other: Usage) -> Usage:
         def add(a: int | None, b: int | None) -> int | None:
@@ -113,6 +122,8 @@ class Usage:
         return Usage(
             add(self.input_tokens, other.input_tokens),
             add(self.output_tokens, other.output_tokens),
+            add(self.cached_tokens, other.cached_tokens),
+            add(self.reasoning_tokens, other.reasoning_tokens),
         )
 
     @property
@@ -166,13 +177,21 @@ class ModelRequest:
     attempt: int
     messages: Sequence[Message]
     tool_specs: Sequence[ToolSpec]
+    on_delta: Callable[[str, str], None] | None = None
+    """For a streaming adapter: call ``on_delta(kind, text)`` with each piece of the reply as
+    it arrives (``kind`` is ``"text"``, ``"reasoning"`` or ``"tool_call"``, the latter with a
+    fragment of a call's arguments); the kernel turns each into a ``ModelDelta`` event. None
+    when nothing listens. Deltas are for display only: the journal records the complete reply
+    that ``complete`` returns, or the attempt's failure."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelReply:
     """One model reply: visible ``text``, optional ``reasoning``, native ``tool_calls``, the
     provider's ``call_id`` (None or "" when it gave none: PolyLoop then uses its intent id),
-    and ``usage`` (None when the provider did not report it). ``tool_calls`` may be given as
+    ``usage`` (None when the provider did not report it) and ``model``, the name of the model
+    that answered as the provider reported it (e.g. a dated snapshot of the model asked for;
+    None when not reported). ``tool_calls`` may be given as
     any sequence of :class:`ToolCall` (it is kept as a tuple); a field of the wrong type raises
     ``MalformedValue`` here (inside ``Model.complete``, that makes the call a failed one)."""
 
@@ -181,6 +200,7 @@ class ModelReply:
     tool_calls: tuple[ToolCall, ...] = ()
     call_id: str | None = None
     usage: Usage | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         # Straight-line checks: a reply is built every step.
@@ -192,6 +212,8 @@ class ModelReply:
             raise _bad("ModelReply.call_id", "a str or None", self.call_id)
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise _bad("ModelReply.usage", "a Usage or None", self.usage)
+        if self.model is not None and not isinstance(self.model, str):
+            raise _bad("ModelReply.model", "a str or None", self.model)
         calls = self.tool_calls
         if type(calls) is not tuple:
             if isinstance(calls, str | bytes | Mapping):
