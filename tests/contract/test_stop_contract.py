@@ -50,7 +50,13 @@ def test_the_ten_original_stop_reasons_keep_their_strings_and_order() -> None:
 
 
 def test_stop_reasons_only_grow_at_the_end() -> None:
-    assert [s.value for s in StopReason][10:] == ["repeated_failure"]
+    assert [s.value for s in StopReason][10:] == [
+        "repeated_failure",
+        "token_budget",
+        "cost_budget",
+        "time_budget",
+        "stopped",
+    ]
 
 
 def test_str_and_format_of_a_stop_reason_are_its_value() -> None:

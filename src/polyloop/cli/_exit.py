@@ -27,13 +27,13 @@ MEANINGS: dict[ExitCode, str] = {  # one line each in ``--help``: at most 70 cha
     ExitCode.OK: "ended task_completed or agent_finished (batch, recover: all ended)",
     ExitCode.BAD_INPUT: "bad input: one line on stderr saying what to fix, no traceback",
     ExitCode.USAGE: "usage error: unknown command or option, missing or unknown value",
-    ExitCode.BUDGET: "a budget stop: step_budget, action_budget, context_overflow",
+    ExitCode.BUDGET: "a budget stop: step/action/token/cost/time_budget, context_overflow",
     ExitCode.ERROR_STOP: "an error stop: llm_error, env_error, parse_failed_repeatedly",
     ExitCode.NEEDS_HUMAN: "needs a human, do not retry: resume_state_unknown, repeated_failure",
     ExitCode.UNKNOWN_REASON: "a stop reason this version does not know",
     ExitCode.NOT_ALL_ENDED: "batch, recover: some runs did not end (listed; re-run to go on)",
     ExitCode.DAMAGED: "check: the journal file is damaged (the line says how to recover)",
-    ExitCode.INTERRUPTED: "cancelled or detached (Ctrl-C)",
+    ExitCode.INTERRUPTED: "cancelled, stopped or detached (Ctrl-C, polyloop stop/cancel)",
 }
 
 EXIT_BY_REASON: dict[str, ExitCode] = {
@@ -42,12 +42,16 @@ EXIT_BY_REASON: dict[str, ExitCode] = {
     "step_budget": ExitCode.BUDGET,
     "action_budget": ExitCode.BUDGET,
     "context_overflow": ExitCode.BUDGET,
+    "token_budget": ExitCode.BUDGET,
+    "cost_budget": ExitCode.BUDGET,
+    "time_budget": ExitCode.BUDGET,
     "llm_error": ExitCode.ERROR_STOP,
     "env_error": ExitCode.ERROR_STOP,
     "parse_failed_repeatedly": ExitCode.ERROR_STOP,
     "resume_state_unknown": ExitCode.NEEDS_HUMAN,
     "repeated_failure": ExitCode.NEEDS_HUMAN,
     "cancelled": ExitCode.INTERRUPTED,
+    "stopped": ExitCode.INTERRUPTED,
 }
 
 

@@ -50,6 +50,17 @@ class StopReason(enum.StrEnum):
     repeated_failure = "repeated_failure"
     """(v1.1, appended) One failure fingerprint was seen ``Limits.same_failure_limit`` times:
     the loop is going in circles; ``RunResult.report`` says how, for a human to decide."""
+    token_budget = "token_budget"
+    """(appended) The run's model calls used ``Limits.max_tokens`` input plus output tokens, as
+    the providers reported them."""
+    cost_budget = "cost_budget"
+    """(appended) The run's model calls cost ``Limits.max_cost`` US dollars or more."""
+    time_budget = "time_budget"
+    """(appended) The run was active ``Limits.max_seconds`` seconds or more (summed over its
+    executions; parked and detached time does not count)."""
+    stopped = "stopped"
+    """(appended) ``Loop.stop(run_id, reason)`` / ``polyloop stop`` ended the run at a step
+    boundary; ``stop_detail`` is the reason given."""
 
 
 class ActionStatus(enum.StrEnum):
