@@ -55,6 +55,7 @@ def test_all_is_pinned() -> None:
             "Steer",
             "Failure",
             "FallbackModel",
+            "Pricing",
             "JournalError",
             "LeaseLost",
             "MalformedValue",

@@ -18,6 +18,13 @@ from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION, _steps_from_
 from tests.contract.test_resume import World, new_loop
 from tests.durability.journals import SQLiteStore, Store, crashed_run
 
+ADDED_IN_1_3 = (
+    ("model_calls", "cost_usd"),
+    ("runs", "tokens_used"),
+    ("runs", "cost_usd"),
+    ("runs", "active_seconds"),
+    ("runs", "usage_missing"),
+)
 ADDED_IN_1_2 = (
     ("steps", "model"),
     ("model_calls", "model"),
@@ -25,7 +32,13 @@ ADDED_IN_1_2 = (
     ("model_calls", "cached_tokens"),
     ("model_calls", "reasoning_tokens"),
 )
+TO_1_2 = (
+    *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_3),
+    "UPDATE meta SET value = '1.2' WHERE key = 'journal_schema_version'",
+    "UPDATE runs SET journal_schema_version = '1.2'",
+)
 TO_1_1 = (
+    *TO_1_2,
     *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_2),
     "UPDATE meta SET value = '1.1' WHERE key = 'journal_schema_version'",
     "UPDATE runs SET journal_schema_version = '1.1'",
@@ -74,7 +87,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     await a_1_0_journal(store)
     assert journal_version(store) == "1.0"
     async with store.journal() as journal:
-        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.2"
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.3"
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
@@ -84,7 +97,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     assert store.sql("SELECT journal_schema_version FROM runs") == [("1.0",)]
     async with store.journal() as journal:  # migrated once: a second writer changes nothing
         await new_loop(World(), journal).run("pay", run_id="new")
-    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.2",)]
+    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.3",)]
 
 
 async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_columns(
@@ -95,7 +108,7 @@ async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_col
     store.damage(*TO_1_1)
     assert "model" not in step_columns(store)
     async with store.journal() as journal:
-        assert journal_version(store) == "1.2"
+        assert journal_version(store) == "1.3"
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     assert "model" in step_columns(store) and "replaced_chars" in step_columns(store)
@@ -103,6 +116,24 @@ async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_col
     assert {"model", "response_model", "cached_tokens", "reasoning_tokens"} <= set(calls[0])
     # The rows written before the migration have NULL in the added columns.
     assert {row["model"] for row in calls} == {None}  # the scripted model has no name
+
+
+async def test_a_writer_migrates_a_1_2_journal_and_the_end_sets_the_run_totals(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage(*TO_1_2)
+    async with store.journal() as journal:
+        assert journal_version(store) == "1.3"
+        r = await new_loop(World(), journal).resume("r")
+    assert r.stop_reason == StopReason.task_completed
+    (row,) = store.rows(
+        "SELECT tokens_used, cost_usd, active_seconds, usage_missing FROM runs WHERE run_id = ?",
+        "r",
+    )
+    assert row["tokens_used"] == r.totals.tokens and row["usage_missing"] == r.totals.usage_missing
+    assert row["active_seconds"] == r.totals.active_s and row["cost_usd"] == 0.0
 
 
 async def test_a_1_1_journal_without_the_column_is_refused_as_damaged(
@@ -128,8 +159,8 @@ async def test_a_column_a_newer_minor_adds_while_a_journal_reads_is_read_past(
         for _ in range(12):
             before = await journal.steps("r")
         store.damage(
-            "ALTER TABLE steps ADD COLUMN added_by_1_3 INTEGER NOT NULL DEFAULT 0",
-            "UPDATE meta SET value = '1.3' WHERE key = 'journal_schema_version'",
+            "ALTER TABLE steps ADD COLUMN added_by_1_9 INTEGER NOT NULL DEFAULT 0",
+            "UPDATE meta SET value = '1.9' WHERE key = 'journal_schema_version'",
         )
         assert await journal.steps("r") == before
         r = await new_loop(World(), journal).resume("r")

@@ -48,6 +48,7 @@ from polyloop.types import (
     Record,
     ReplayPolicy,
     RunEnd,
+    RunTotals,
     StepRecord,
     StepWritten,
     StopReason,
@@ -173,6 +174,13 @@ RECORDS: list[Record] = [
         PendingAction(4, "op-1", "read_file", ARGS_JSON, ACTION.text, ReplayPolicy.never),
     ),
     RunEnd(StopReason.repeated_failure, None, None, 8, 8, 1.0, report=REPORT),
+    RunEnd(
+        StopReason.cost_budget, None, None, 5, 4, 2.0, totals=RunTotals(81_000, 1.0125, 61.5, 1)
+    ),
+    StepWritten(model_failure_step(7, 9, 1.0), 12.75),
+    ModelResult(
+        0, "i9", 1, "c9", ModelReply("ok", usage=Usage(10, 2, cost_usd=0.0003)), 1.0, 0, 0.0003
+    ),
     LimitsChanged(Limits(max_steps=50, max_actions=20, same_failure_limit=2)),
     GuardVerdict(3, "cites_source", True, "Cite a source."),
     GuardVerdict(4, "cites_source", False),
@@ -286,7 +294,9 @@ arg_mappings: st.SearchStrategy[Mapping[Any, Any]] = st.one_of(
     arg_dicts.map(ItemsLie),
 )
 tool_calls = st.builds(ToolCall, texts, texts | arg_mappings, opt_texts)
-usages = st.none() | st.builds(Usage, opt_ints, opt_ints, opt_ints, opt_ints)
+usages = st.none() | st.builds(
+    Usage, opt_ints, opt_ints, opt_ints, opt_ints, st.none() | st.floats(allow_nan=False)
+)
 replies = st.builds(
     ModelReply,
     text=texts,
@@ -344,7 +354,17 @@ def test_model_intent(record: ModelIntent) -> None:
 
 @HOT
 @given(
-    st.builds(ModelResult, numbers, texts | scalars, numbers, opt_texts, replies, numbers, replaced)
+    st.builds(
+        ModelResult,
+        numbers,
+        texts | scalars,
+        numbers,
+        opt_texts,
+        replies,
+        numbers,
+        replaced,
+        st.none() | numbers,
+    )
 )
 def test_model_result(record: ModelResult) -> None:
     assert_same(record)
@@ -374,9 +394,9 @@ def test_action_result(record: ActionResult) -> None:
 
 
 @HOT
-@given(step_records)
-def test_step(step: StepRecord) -> None:
-    assert_same(StepWritten(step))
+@given(step_records, st.none() | st.floats(min_value=0) | numbers)
+def test_step(step: StepRecord, active_s: float | None) -> None:
+    assert_same(StepWritten(step, active_s))
 
 
 # --- values JSON cannot represent ------------------------------------------------------------

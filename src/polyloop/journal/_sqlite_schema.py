@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("polyloop")
 
-JOURNAL_SCHEMA_VERSION = "1.2"
+JOURNAL_SCHEMA_VERSION = "1.3"
 """Version of the table schema. A newer minor adds only what an older reader can ignore; a
 file with another major version is refused (``JournalError``), never modified. A writer that
 opens a journal of an older minor migrates it (adds what the minors since then added, see
@@ -32,7 +32,8 @@ opens a journal of an older minor migrates it (adds what the minors since then a
 
 1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``); 1.2 added ``steps.model``
 and ``model_calls.model``, ``response_model``, ``cached_tokens``, ``reasoning_tokens`` (all
-nullable)."""
+nullable); 1.3 added ``model_calls.cost_usd`` and the run's totals ``runs.tokens_used``,
+``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end record; NULL before)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -49,6 +50,10 @@ _RUNS_DDL = """CREATE TABLE runs (
     stop_reason TEXT,
     steps_used INTEGER NOT NULL DEFAULT 0,
     actions_executed INTEGER NOT NULL DEFAULT 0,
+    tokens_used INTEGER,
+    cost_usd REAL,
+    active_seconds REAL,
+    usage_missing INTEGER,
     created_at REAL NOT NULL,
     ended_at REAL,
     journal_schema_version TEXT NOT NULL,
@@ -121,6 +126,7 @@ _DDL: tuple[str, ...] = (
     response_model TEXT,
     cached_tokens INTEGER,
     reasoning_tokens INTEGER,
+    cost_usd REAL,
     PRIMARY KEY (intent_id, attempt)
 )""",
     "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
@@ -137,6 +143,11 @@ _ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
     (2, "model_calls", "response_model", "TEXT"),
     (2, "model_calls", "cached_tokens", "INTEGER"),
     (2, "model_calls", "reasoning_tokens", "INTEGER"),
+    (3, "model_calls", "cost_usd", "REAL"),
+    (3, "runs", "tokens_used", "INTEGER"),
+    (3, "runs", "cost_usd", "REAL"),
+    (3, "runs", "active_seconds", "REAL"),
+    (3, "runs", "usage_missing", "INTEGER"),
 )
 
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
@@ -153,13 +164,14 @@ _INSERT_INTENT = """INSERT INTO model_calls (run_id, step_idx, intent_id, attemp
     VALUES (?, ?, ?, ?, ?, 'pending')"""
 _UPSERT_CALL = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, llm_call_id,
         state, input_tokens, output_tokens, latency_ms, error, response_model, cached_tokens,
-        reasoning_tokens)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        reasoning_tokens, cost_usd)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (intent_id, attempt) DO UPDATE SET llm_call_id = excluded.llm_call_id,
         state = excluded.state, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
         error = excluded.error, response_model = excluded.response_model,
-        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens"""
+        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens,
+        cost_usd = excluded.cost_usd"""
 _END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = ? AND state = 'pending'"
 _RELEASE = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
 _LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?"
@@ -170,7 +182,8 @@ _READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY s
 # fields take their defaults), a newer minor's extra columns are read past.
 _READ_STEPS = "SELECT * FROM steps WHERE run_id = ? ORDER BY step_idx"
 _END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?,
-    final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, owner = NULL,
+    final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, tokens_used = ?,
+    cost_usd = ?, active_seconds = ?, usage_missing = ?, owner = NULL,
     lease_expires_at = NULL WHERE run_id = ?"""
 # A step's append keeps the run's counters current, in the step's transaction; matching only
 # while the writer holds the lease, it is also the append's fence (0 rows: lease lost).

@@ -106,7 +106,7 @@ from ._sqlite_schema import (
 )
 from ._sqlite_writer import _wait_uninterrupted
 from ._state import run_state
-from .sqlite import _Append, _parse_run, _prepare, _run_filters
+from .sqlite import _Append, _parse_run, _prepare, _run_filters, end_totals
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -149,6 +149,10 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("stop_reason", "TEXT"),
         ("steps_used", "INTEGER NOT NULL DEFAULT 0"),
         ("actions_executed", "INTEGER NOT NULL DEFAULT 0"),
+        ("tokens_used", "INTEGER"),  # journal schema 1.3, as the three below
+        ("cost_usd", "DOUBLE PRECISION"),
+        ("active_seconds", "DOUBLE PRECISION"),
+        ("usage_missing", "INTEGER"),
         ("created_at", "DOUBLE PRECISION NOT NULL"),
         ("ended_at", "DOUBLE PRECISION"),
         ("journal_schema_version", "TEXT NOT NULL"),
@@ -187,6 +191,7 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("response_model", "TEXT"),
         ("cached_tokens", "INTEGER"),
         ("reasoning_tokens", "INTEGER"),
+        ("cost_usd", "DOUBLE PRECISION"),  # journal schema 1.3
     ),
 }
 _TABLE_TAIL: Final = {
@@ -301,7 +306,8 @@ _MANY_CALLS = _insert_many(
         state = excluded.state, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
         error = excluded.error, response_model = excluded.response_model,
-        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens""",
+        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens,
+        cost_usd = excluded.cost_usd""",
 )
 _RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
@@ -928,6 +934,7 @@ class PostgresJournal:
                     end.steps_used,
                     end.actions_executed,
                     end.ended_at,
+                    *end_totals(end),
                     run_id,
                 ),
             )

@@ -207,12 +207,13 @@ def intent_row(run_id: str, r: ModelIntent) -> tuple[Any, ...]:
 def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) -> tuple[Any, ...]:
     """The ``model_calls`` row an attempt's outcome upserts: run_id, step_idx, intent_id,
     attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
-    response_model, cached_tokens, reasoning_tokens (``model`` stays as its intent wrote it)."""
+    response_model, cached_tokens, reasoning_tokens, cost_usd (``model`` stays as its intent
+    wrote it)."""
     head = (run_id, r.step_idx, r.intent_id, r.attempt)
     if not isinstance(r, ModelResult):
         state = "retried" if isinstance(r, ModelAttemptFailed) else "failed"
         error = _error_text(r.error)
-        return (*head, None, state, None, None, r.latency_ms, error, None, None, None)
+        return (*head, None, state, None, None, r.latency_ms, error, None, None, None, None)
     u = r.reply.usage or _NO_USAGE
     return (
         *head,
@@ -225,10 +226,20 @@ def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) ->
         r.reply.model,
         u.cached_tokens,
         u.reasoning_tokens,
+        r.cost_usd,
     )
 
 
 _NO_USAGE = Usage()
+
+
+def end_totals(end: RunEnd) -> tuple[Any, ...]:
+    """The ``runs`` totals the end record sets: tokens_used, cost_usd, active_seconds,
+    usage_missing (NULL for an end record that carries none)."""
+    t = end.totals
+    if t is None:
+        return (None, None, None, None)
+    return (t.tokens, t.cost_usd, t.active_s, t.usage_missing)
 
 
 # -- preparing writes (on the caller's thread) ------------------------------------------------
@@ -325,6 +336,7 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
                 end.steps_used,
                 end.actions_executed,
                 end.ended_at,
+                *end_totals(end),
                 run_id,
             ),
         )

@@ -28,6 +28,7 @@ from ..types import (
     ModelResult,
     Record,
     RunEnd,
+    RunTotals,
     StepRecord,
     StepWritten,
     Turn,
@@ -69,6 +70,14 @@ class Replayed:
     actions_executed: int = 0
     consecutive_invalid: int = 0
     usage: Usage | None = None
+    tokens: int = 0
+    """Input plus output tokens over the run's model results (``Limits.max_tokens``)."""
+    cost_usd: float = 0.0
+    """US dollars over the run's model results (``Limits.max_cost``)."""
+    usage_missing: int = 0
+    """Model results with no usage (or, under ``max_cost``, no cost)."""
+    active_s: float = 0.0
+    """Seconds the run was active, as its last step (or end record) journaled it."""
     end: RunEnd | None = None
     interrupted: Interrupted | None = None
     steer_counts: dict[str, int] = field(default_factory=dict)
@@ -77,6 +86,23 @@ class Replayed:
     """The failure ledger, in order."""
     failure_counts: dict[str, int] = field(default_factory=dict)
     """Times each fingerprint was seen."""
+
+    def count_result(self, result: ModelResult) -> None:
+        """Add a model result's usage and cost to the run's totals."""
+        usage = result.reply.usage
+        if usage is None:
+            self.usage_missing += 1
+            return
+        self.usage = usage if self.usage is None else self.usage + usage
+        self.tokens += (usage.input_tokens or 0) + (usage.output_tokens or 0)
+        if result.cost_usd is not None:
+            self.cost_usd += result.cost_usd
+        elif self.limits.max_cost is not None:
+            self.usage_missing += 1
+
+    def totals(self, active_s: float) -> RunTotals:
+        """The run's totals, with ``active_s`` seconds of activity."""
+        return RunTotals(self.tokens, self.cost_usd, active_s, self.usage_missing)
 
     def note_failure(self, seen: FailureSeen) -> int:
         """Add a ledger entry; returns how often its fingerprint has now been seen."""
@@ -130,10 +156,7 @@ def replay(
                 cur.replaced += rec.replaced_chars
                 if isinstance(rec, ModelResult):
                     cur.result = rec
-                    if rec.reply.usage is not None:
-                        st.usage = (
-                            rec.reply.usage if st.usage is None else st.usage + rec.reply.usage
-                        )
+                    st.count_result(rec)
                 elif isinstance(rec, ModelFailure):
                     cur.failure = rec
                 elif rec.fallback:
@@ -150,7 +173,9 @@ def replay(
                 if cur is None or cur.action_intent is None or cur.action_intent.op_id != rec.op_id:
                     raise _out_of_order(run_id, seq, "action result without its action intent")
                 cur.action_result = rec
-            case StepWritten(step):
+            case StepWritten(step, active_s):
+                if active_s is not None:
+                    st.active_s = active_s
                 if step.step_idx != expected:
                     raise _out_of_order(run_id, seq, f"step {step.step_idx}, expected {expected}")
                 reply, cut = _turn_parts(step, cur)
@@ -168,6 +193,8 @@ def replay(
                 cur = None
             case RunEnd():
                 st.end = rec
+                if rec.totals is not None:
+                    st.active_s = rec.totals.active_s
             case LimitsChanged(new):
                 st.limits = new
             case GuardVerdict():

@@ -48,6 +48,7 @@ from ..types import (
     ActionStarted,
     ActionStatus,
     Complete,
+    ConfigError,
     EnvironmentFailure,
     ErrorInfo,
     EscalationReport,
@@ -75,6 +76,7 @@ from ..types import (
     Outcome,
     OutcomeUnknown,
     PendingAction,
+    Pricing,
     Record,
     ReplayPolicy,
     RetryPolicy,
@@ -93,6 +95,7 @@ from ..types import (
     ToolContext,
     ToolSpec,
     Turn,
+    Usage,
     clean_text,
 )
 from . import stopping
@@ -290,6 +293,10 @@ class RunDriver:
             self._models = (model,)
             self._fallback_on = frozenset()
         self._model_names = tuple(model_name(m) for m in self._models)
+        self._pricing = tuple(_pricing_of(m) for m in self._models)
+        # Active time: what earlier executions journaled, plus this one's since it began.
+        self._active_base = state.active_s
+        self._active_t0 = cfg.clock.monotonic()
         self._partial = False  # the attempt in flight has delivered a ModelDelta
 
     # -- the loop -----------------------------------------------------------------------------
@@ -321,7 +328,9 @@ class RunDriver:
     async def _iteration(self) -> RunResult | None:
         st = self.state
         # A. Budget admission, at the start of the iteration.
-        reason = stopping.admit(st.limits, len(st.steps), st.actions_executed)
+        reason = stopping.admit(
+            st.limits, len(st.steps), st.actions_executed, st.tokens, st.cost_usd, self._active()
+        )
         if reason is not None:
             return await self._end(reason)
         # B. Context size: no step, no intent.
@@ -495,8 +504,7 @@ class RunDriver:
             reply, bad = clean_reply(reply)  # before anything records or reads it
             call_id = reply.call_id or intent_id
             st = self.state
-            if reply.usage is not None:
-                st.usage = reply.usage if st.usage is None else st.usage + reply.usage
+            cost = _cost(reply.usage, self._pricing[tier])
             if self._observers:
                 self._emit(
                     ModelCallFinished(
@@ -504,7 +512,8 @@ class RunDriver:
                     )
                 )
             # The result is written with the first record that acts on it (see _decide).
-            result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad)
+            result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad, cost)
+            st.count_result(result)
             return await self._decide(
                 step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
             )
@@ -762,7 +771,7 @@ class RunDriver:
         self, records: tuple[Record, ...], step: StepRecord, reply: ModelReply, cut: int
     ) -> None:
         self._add_to_context(step, reply, cut)
-        await self._write((*records, StepWritten(step)))
+        await self._write((*records, StepWritten(step, self._active())))
         if self._observers:
             self._emit(StepAppended(self.run_id, step))
 
@@ -783,7 +792,7 @@ class RunDriver:
         st = self.state
         if step is not None:
             self._add_to_context(step, reply, cut)
-            records = (*records, StepWritten(step))
+            records = (*records, StepWritten(step, self._active()))
         end = RunEnd(
             reason,
             detail,
@@ -793,6 +802,7 @@ class RunDriver:
             self.cfg.clock.time(),
             pending,
             report,
+            st.totals(self._active()),
         )
         await self._write((*records, end))
         st.end = end
@@ -834,7 +844,7 @@ class RunDriver:
                 result = self._result(sc, outcome, 0.0)
                 step, cut = self._action_step(sc, result)
                 self._add_to_context(step, sc.reply, cut)
-                records = (result, StepWritten(step))
+                records = (result, StepWritten(step, self._active()))
             else:
                 started = self._action_task is not None or sc.resumed  # it may have run
                 pending = _pending(intent, intent.replay_policy)
@@ -850,6 +860,7 @@ class RunDriver:
             len(st.steps),
             st.actions_executed,
             self.cfg.clock.time(),
+            totals=st.totals(self._active()),
         )
         write = asyncio.ensure_future(self.cfg.journal.append(self.lease, (*records, end)))
         try:
@@ -929,6 +940,10 @@ class RunDriver:
         if self.lease.expires_at - time.time() < ttl / 3:
             self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
 
+    def _active(self) -> float:
+        """Seconds the run has been active: earlier executions' plus this one's so far."""
+        return self._active_base + (self.cfg.clock.monotonic() - self._active_t0)
+
     def _delta(self, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
         """A streaming adapter's ``on_delta``: one ModelDelta event."""
         self._partial = True
@@ -940,6 +955,23 @@ class RunDriver:
                 observer(event)
             except Exception:
                 log.exception("observer %r raised on %s; ignored", observer, type(event).__name__)
+
+
+def _pricing_of(model: object) -> Pricing | None:
+    """A model's ``pricing`` attribute (optional; a ``Pricing`` or None)."""
+    pricing = getattr(model, "pricing", None)
+    if pricing is not None and not isinstance(pricing, Pricing):
+        raise ConfigError(f"{model!r}.pricing must be a polyloop.Pricing or None, got {pricing!r}")
+    return pricing
+
+
+def _cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
+    """An attempt's cost: the provider's reported cost, else its tokens at ``pricing``."""
+    if usage is None:
+        return None
+    if usage.cost_usd is not None:
+        return usage.cost_usd
+    return None if pricing is None else pricing.cost(usage)
 
 
 def build_result(spec: RunSpec, st: Replayed, context: Context | None) -> RunResult:
@@ -959,5 +991,6 @@ def build_result(spec: RunSpec, st: Replayed, context: Context | None) -> RunRes
         pending_action=end.pending_action,
         usage=st.usage,
         report=end.report,
+        totals=end.totals if end.totals is not None else st.totals(st.active_s),
         messages=tuple(context.messages()) if context is not None else (),
     )

@@ -3,7 +3,8 @@
 Each iteration asks, in this order:
 
 * A. :func:`admit` — budgets settle at the *start* of an iteration, never at the end of the
-  previous one, so a run that completes on its last allowed step is ``task_completed``.
+  previous one, so a run that completes on its last allowed step is ``task_completed``:
+  steps, actions, tokens, cost, active time, in that order.
 * B. :func:`context_overflows` — no step and no intent are written for this stop.
 * C. a model failure is always ``llm_error`` (:data:`MODEL_FAILED`).
 * D. :func:`after_invalid` — this branch skips the completion check.
@@ -31,12 +32,27 @@ MODEL_FAILED = StopReason.llm_error
 FINAL_ANSWER = StopReason.agent_finished
 
 
-def admit(limits: Limits, steps_used: int, actions_executed: int) -> StopReason | None:
-    """A. Both budgets exhausted at once is ``step_budget`` (a fixed compatibility choice)."""
+def admit(
+    limits: Limits,
+    steps_used: int,
+    actions_executed: int,
+    tokens: int = 0,
+    cost_usd: float = 0.0,
+    active_s: float = 0.0,
+) -> StopReason | None:
+    """A. The budgets, in this fixed order when several are exhausted at once:
+    ``step_budget``, ``action_budget`` (both at once is ``step_budget``, a compatibility
+    choice), then ``token_budget``, ``cost_budget``, ``time_budget``."""
     if steps_used >= limits.max_steps:
         return StopReason.step_budget
     if limits.max_actions is not None and actions_executed >= limits.max_actions:
         return StopReason.action_budget
+    if limits.max_tokens is not None and tokens >= limits.max_tokens:
+        return StopReason.token_budget
+    if limits.max_cost is not None and cost_usd >= limits.max_cost:
+        return StopReason.cost_budget
+    if limits.max_seconds is not None and active_s >= limits.max_seconds:
+        return StopReason.time_budget
     return None
 
 

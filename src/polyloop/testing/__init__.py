@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeAlias
 
-from ..types import ModelReply, ModelRequest
+from ..types import ModelReply, ModelRequest, Pricing
 
 __all__ = ["FakeClock", "FunctionModel", "ScriptExhausted", "ScriptedModel"]
 
@@ -31,11 +31,19 @@ class ScriptedModel:
     raises :class:`ScriptExhausted`, so the run ends ``llm_error`` saying the script ran out.
 
     ``requests`` holds every request received, for assertions. ``name`` (optional) is the
-    model's name as the journal records it (``model_calls.model``, ``StepRecord.model``).
+    model's name as the journal records it (``model_calls.model``, ``StepRecord.model``);
+    ``pricing`` (optional) prices its replies' usage for ``Limits.max_cost``.
     """
 
-    def __init__(self, items: Iterable[ScriptItem], *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        items: Iterable[ScriptItem],
+        *,
+        name: str | None = None,
+        pricing: Pricing | None = None,
+    ) -> None:
         self.name = name
+        self.pricing = pricing
         self._items = list(items)
         self._next = 0
         self.requests: list[ModelRequest] = []
@@ -67,11 +75,14 @@ ReplyFn: TypeAlias = Callable[[ModelRequest], ModelReply | str | Awaitable[Model
 class FunctionModel:
     """A model whose reply is ``fn(request)``: sync or async, returning a ``ModelReply`` or a
     ``str`` (a text reply). Exceptions it raises are the model call's failures. Key replies by
-    ``request.step_idx`` for scripts that must survive a crash and resume. ``name`` as for
-    :class:`ScriptedModel`."""
+    ``request.step_idx`` for scripts that must survive a crash and resume. ``name`` and
+    ``pricing`` as for :class:`ScriptedModel`."""
 
-    def __init__(self, fn: ReplyFn, *, name: str | None = None) -> None:
+    def __init__(
+        self, fn: ReplyFn, *, name: str | None = None, pricing: Pricing | None = None
+    ) -> None:
         self.name = name
+        self.pricing = pricing
         self.fn = fn
         self.requests: list[ModelRequest] = []
 

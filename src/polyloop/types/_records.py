@@ -48,6 +48,7 @@ __all__ = [
     "RunEnd",
     "RunResult",
     "RunSpec",
+    "RunTotals",
     "StepWritten",
     "Turn",
     "record_from_dict",
@@ -101,6 +102,9 @@ class ModelResult:
     latency_ms: float
     replaced_chars: int = 0
     """Code points of the reply as the model returned it that were replaced with U+FFFD."""
+    cost_usd: float | None = None
+    """What this attempt cost in US dollars: the provider's reported cost, else its tokens at
+    the model's ``Pricing``; None when neither is known. Left out of the JSON form when None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +174,9 @@ class StepWritten:
 
     kind: ClassVar[str] = "step"
     step: StepRecord
+    active_s: float | None = None
+    """Seconds the run had been active when the step was written (``Limits.max_seconds``):
+    resume continues the count from the last one. Left out of the JSON form when None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +211,33 @@ class RunEnd:
     ended_at: float
     pending_action: PendingAction | None = None
     report: EscalationReport | None = None
+    totals: RunTotals | None = None
+    """What the run spent (tokens, cost, active time); None in end records written before it
+    was kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTotals:
+    """What a run spent, summed over every model-call attempt and execution (the budgets
+    ``max_tokens``, ``max_cost``, ``max_seconds`` read these)."""
+
+    tokens: int = 0
+    """Input plus output tokens the providers reported."""
+    cost_usd: float = 0.0
+    """US dollars (reported by the provider, else priced with the model's ``Pricing``)."""
+    active_s: float = 0.0
+    """Seconds some process was driving the run."""
+    usage_missing: int = 0
+    """Attempts that got a reply with no usage (their tokens count 0), or no price when the
+    run has a ``max_cost`` (their cost counts 0)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "active_s": self.active_s,
+            "usage_missing": self.usage_missing,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +314,8 @@ class RunResult:
     """Token totals over all model calls whose provider reported usage; None if none did."""
     report: EscalationReport | None = None
     """Why a ``repeated_failure`` run was stopped (``to_markdown()``/``to_json()``)."""
+    totals: RunTotals = field(default_factory=lambda: RunTotals())
+    """What the run spent: tokens, cost, active seconds (the budgets of ``Limits``)."""
     messages: tuple[Message, ...] = field(default=(), repr=False)
     """The conversation as the model last saw it (plus the final reply), for the next phase."""
 
@@ -315,6 +351,8 @@ def _usage_to(u: Usage) -> dict[str, Any]:
         out["cached_tokens"] = u.cached_tokens
     if u.reasoning_tokens is not None:
         out["reasoning_tokens"] = u.reasoning_tokens
+    if u.cost_usd is not None:
+        out["cost_usd"] = u.cost_usd
     return out
 
 
@@ -332,6 +370,7 @@ def _reply_from(d: Mapping[str, Any]) -> ModelReply:
             usage["output_tokens"],
             usage.get("cached_tokens"),
             usage.get("reasoning_tokens"),
+            usage.get("cost_usd"),
         ),
         model=d.get("model"),
     )
@@ -455,6 +494,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             }
             if record.replaced_chars:
                 body["replaced_chars"] = record.replaced_chars
+            if record.cost_usd is not None:
+                body["cost_usd"] = record.cost_usd
         case ModelAttemptFailed() | ModelFailure():
             body = {
                 "step_idx": record.step_idx,
@@ -487,8 +528,10 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             }
             if record.replaced_chars:
                 body["replaced_chars"] = record.replaced_chars
-        case StepWritten(step):
+        case StepWritten(step, active_s):
             body = {"step": step.to_dict()}
+            if active_s is not None:
+                body["active_s"] = active_s
         case RunEnd():
             body = {
                 "stop_reason": record.stop_reason.value,
@@ -500,6 +543,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "pending_action": _pending_to(record.pending_action),
                 "report": None if record.report is None else record.report.to_dict(),
             }
+            if record.totals is not None:
+                body["totals"] = record.totals.to_dict()
         case LimitsChanged(limits):
             body = {"limits": limits.to_dict()}
         case GuardVerdict():
@@ -545,6 +590,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 _reply_from(d["reply"]),
                 d["latency_ms"],
                 d.get("replaced_chars", 0),
+                d.get("cost_usd"),
             )
         if kind in ("model_attempt_failed", "model_failure"):
             fields = (
@@ -578,7 +624,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d.get("replaced_chars", 0),
             )
         if kind == "step":
-            return StepWritten(StepRecord.from_dict(d["step"]))
+            return StepWritten(StepRecord.from_dict(d["step"]), d.get("active_s"))
         if kind == "end":
             return RunEnd(
                 StopReason(d["stop_reason"]),
@@ -589,6 +635,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["ended_at"],
                 _pending_from(d.get("pending_action")),
                 None if d.get("report") is None else EscalationReport.from_dict(d["report"]),
+                None if d.get("totals") is None else RunTotals(**d["totals"]),
             )
         if kind == "guard_verdict":
             return GuardVerdict(d["step_idx"], d["guard"], d["steer"], d.get("feedback"))

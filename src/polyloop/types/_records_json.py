@@ -81,12 +81,13 @@ def _reply_json(r: ModelReply) -> str:
     if u is None:
         usage = "null"
     else:
-        n_cached, n_reasoning = u.cached_tokens, u.reasoning_tokens
+        n_cached, n_reasoning, cost = u.cached_tokens, u.reasoning_tokens, u.cost_usd
         cached = "" if n_cached is None else f'"cached_tokens":{_json_value(n_cached)},'
+        cost_key = "" if cost is None else f'"cost_usd":{_json_value(cost)},'
         reasoning = "" if n_reasoning is None else f',"reasoning_tokens":{_json_value(n_reasoning)}'
 
         usage = (
-            f'{{{cached}"input_tokens":{_json_value(u.input_tokens)},'
+            f'{{{cached}{cost_key}"input_tokens":{_json_value(u.input_tokens)},'
             f'"output_tokens":{_json_value(u.output_tokens)}{reasoning}}}'
         )
     model = "" if r.model is None else f'"model":{_json_value(r.model)},'
@@ -103,8 +104,9 @@ def _replaced_json(n: Any) -> str:
 
 
 def _model_result_json(r: ModelResult) -> str:
+    cost = "" if r.cost_usd is None else f'"cost_usd":{_json_value(r.cost_usd)},'
     return (
-        f'{{"attempt":{_json_value(r.attempt)},"intent_id":{_json_value(r.intent_id)},'
+        f'{{"attempt":{_json_value(r.attempt)},{cost}"intent_id":{_json_value(r.intent_id)},'
         f'"kind":"model_result","latency_ms":{_json_value(r.latency_ms)},'
         f'"llm_call_id":{_json_value(r.llm_call_id)},{_replaced_json(r.replaced_chars)}'
         f'"reply":{_reply_json(r.reply)},"step_idx":{_json_value(r.step_idx)}}}'
@@ -175,7 +177,9 @@ def _step_json(s: StepRecord) -> str:
 
 
 def _step_written_json(r: StepWritten) -> str:
-    return f'{{"kind":"step","step":{_step_json(r.step)}}}'
+    if r.active_s is None:
+        return f'{{"kind":"step","step":{_step_json(r.step)}}}'
+    return f'{{"active_s":{_json_value(r.active_s)},"kind":"step","step":{_step_json(r.step)}}}'
 
 
 _HOT_KINDS: dict[type[Any], Callable[[Any], str]] = {

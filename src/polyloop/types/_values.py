@@ -23,6 +23,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "Outcome",
+    "Pricing",
     "RetryPolicy",
     "ToolCall",
     "ToolContext",
@@ -114,9 +115,12 @@ class Usage:
     output_tokens: int | None = None
     cached_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cost_usd: float | None = None
+    """What the call cost in US dollars, where the provider reports it (OpenRouter's
+    ``usage.cost``, say); else the kernel prices the tokens with the model's ``Pricing``."""
 
     def __add__(self, other: Usage) -> Usage:
-        def add(a: int | None, b: int | None) -> int | None:
+        def add(a: Any, b: Any) -> Any:
             return b if a is None else a if b is None else a + b
 
         return Usage(
@@ -124,6 +128,7 @@ class Usage:
             add(self.output_tokens, other.output_tokens),
             add(self.cached_tokens, other.cached_tokens),
             add(self.reasoning_tokens, other.reasoning_tokens),
+            add(self.cost_usd, other.cost_usd),
         )
 
     @property
@@ -132,6 +137,44 @@ class Usage:
         if self.input_tokens is None and self.output_tokens is None:
             return None
         return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """A model's prices in US dollars per million tokens, for ``Limits.max_cost``.
+
+    ``cached_input_per_mtok`` prices the input tokens read from the provider's cache
+    (``Usage.cached_tokens``, a part of ``input_tokens``); None prices them as other input.
+    Give a model its prices with its ``pricing`` attribute (``OpenAIModel(..., pricing=...)``,
+    ``ScriptedModel(..., pricing=...)``); a provider that reports the cost itself
+    (``Usage.cost_usd``) is taken at its word."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
+            v = getattr(self, name)
+            if v is None and name == "cached_input_per_mtok":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+                raise ConfigError(f"Pricing.{name} must be a number >= 0, got {v!r}")
+
+    def cost(self, usage: Usage) -> float:
+        """US dollars for ``usage`` (a token count not reported counts 0)."""
+        total_in = usage.input_tokens or 0
+        cached = min(usage.cached_tokens or 0, total_in)
+        cached_price = (
+            self.input_per_mtok
+            if self.cached_input_per_mtok is None
+            else self.cached_input_per_mtok
+        )
+        return (
+            (total_in - cached) * self.input_per_mtok
+            + cached * cached_price
+            + (usage.output_tokens or 0) * self.output_per_mtok
+        ) / 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +475,15 @@ def _check_limit(name: str, value: object, *, optional: bool) -> None:
         )
 
 
+def _check_amount(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ConfigError(f"Limits.{name} must be a positive number or None, got {value!r}")
+    if value <= 0:
+        raise ConfigError(f"Limits.{name} must be > 0, got {value}; use None for no limit")
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """The budgets and caps of one run (kernel.md §5). Stored with the run.
@@ -453,6 +505,17 @@ class Limits:
     same_failure_limit: int | None = None
     """Stop ``repeated_failure`` when one failure fingerprint has been seen this many times
     (kernel.md §10); None (the default) turns the failure guard off. 2 is a good start."""
+    max_tokens: int | None = None
+    """Input plus output tokens over every model-call attempt of the run, as the providers
+    reported them (``token_budget``). An attempt whose provider reported no usage counts 0 (the
+    run's ``usage_missing`` counts such attempts)."""
+    max_cost: float | None = None
+    """US dollars over every model-call attempt, from each model's ``Pricing`` or the cost the
+    provider reported (``cost_budget``). An attempt with no price counts 0 (``usage_missing``)."""
+    max_seconds: float | None = None
+    """Seconds the run was active: wall time while a process drove it, summed over its
+    executions and resumes (``time_budget``). Parked or detached time does not count; of a
+    crashed execution, the time after its last journaled step does not either."""
 
     def __post_init__(self) -> None:
         _check_limit("max_steps", self.max_steps, optional=False)
@@ -461,10 +524,18 @@ class Limits:
         _check_limit("max_prompt_chars", self.max_prompt_chars, optional=True)
         _check_limit("max_observation_chars", self.max_observation_chars, optional=True)
         _check_limit("same_failure_limit", self.same_failure_limit, optional=True)
+        _check_limit("max_tokens", self.max_tokens, optional=True)
+        _check_amount("max_cost", self.max_cost)
+        _check_amount("max_seconds", self.max_seconds)
 
-    def to_dict(self) -> dict[str, int | None]:
-        """A JSON-ready dict of every limit."""
-        return {name: getattr(self, name) for name in self.__slots__}
+    def to_dict(self) -> dict[str, int | float | None]:
+        """A JSON-ready dict of every limit (the three added with the token, cost and time
+        budgets only when set, so the limits of a run without them are stored as before)."""
+        out = {name: getattr(self, name) for name in self.__slots__}
+        for name in ("max_tokens", "max_cost", "max_seconds"):
+            if out[name] is None:
+                del out[name]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Limits:
