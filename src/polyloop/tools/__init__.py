@@ -2,6 +2,13 @@
 ``ToolEnvironment`` that serves it to the kernel (tools.md)."""
 
 from .environment import ToolEnvironment
-from .registry import ReconcileHook, Tool, ToolRegistry
+from .registry import ExternalCall, InvalidArguments, ReconcileHook, Tool, ToolRegistry
 
-__all__ = ["ReconcileHook", "Tool", "ToolEnvironment", "ToolRegistry"]
+__all__ = [
+    "ExternalCall",
+    "InvalidArguments",
+    "ReconcileHook",
+    "Tool",
+    "ToolEnvironment",
+    "ToolRegistry",
+]

@@ -32,7 +32,7 @@ from polyloop.types import (
 )
 
 from ._threads import in_thread
-from .registry import Tool, ToolRegistry
+from .registry import InvalidArguments, Tool, ToolRegistry
 
 __all__ = ["ToolEnvironment"]
 
@@ -255,6 +255,8 @@ class ToolEnvironment:
     def _invalid_arguments(self, tool: Tool, exc: Exception) -> Outcome:
         if isinstance(exc, pydantic.ValidationError):
             lines = [_describe(err) for err in exc.errors(include_url=False)]
+        elif isinstance(exc, InvalidArguments):  # an external tool's own schema refused them
+            lines = list(exc.problems)
         else:  # a user validator raised something pydantic did not wrap
             lines = [f"{type(exc).__name__}: {exc}"]
         if len(lines) > _MAX_ERRORS:

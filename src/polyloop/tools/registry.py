@@ -25,7 +25,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeVar, overload
 
@@ -36,7 +36,7 @@ from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, Tool
 from ._docstrings import arg_descriptions, summary
 from ._threads import in_thread
 
-__all__ = ["ReconcileHook", "Tool", "ToolRegistry"]
+__all__ = ["ExternalCall", "InvalidArguments", "ReconcileHook", "Tool", "ToolRegistry"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +49,23 @@ is executed again), raising ``OutcomeUnknown`` means it cannot be told. ``argume
 validated values the tool itself would receive, by parameter name (``ToolContext`` excluded)."""
 
 ReplayName: TypeAlias = Literal["never", "idempotent", "reconcile"]
+
+ExternalCall: TypeAlias = Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]
+"""``call(arguments, ctx)`` of a tool registered with :meth:`ToolRegistry.register_external`:
+awaited with the validated arguments (as the model sent them) and the run's ``ToolContext``."""
+
+
+class InvalidArguments(ValueError):
+    """Raised by an external tool's validator: the arguments break its schema.
+
+    ``problems`` are one line each, in words a model can act on (``'count': 'three' is not of
+    type 'integer'``); ``ToolEnvironment`` lists them in the ``not_executed`` observation, as
+    it does pydantic's validation errors for a Python tool."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems) or ("the arguments do not match the tool's schema",)
+        super().__init__("; ".join(self.problems))
+
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # Keys whose value maps names to sub-schemas: their keys are names, never the "title" keyword.
@@ -92,26 +109,35 @@ class Tool:
         description: the docstring's summary (its first paragraph).
         function: the original function, sync or async.
         spec: the OpenAI tool spec ``{"type": "function", "function": {...}}``. Do not mutate.
-        arguments_model: the pydantic model that validates the arguments (``extra="forbid"``).
+        arguments_model: the pydantic model that validates the arguments (``extra="forbid"``);
+            None for an external tool (:meth:`ToolRegistry.register_external`), whose own
+            validator checks them against its JSON schema.
         replay: what resume may do if this tool's outcome was lost in a crash.
         reconcile_hook: the ``reconcile`` policy's hook; None for the other policies.
         completion_marker: returning normally from this tool completes the run.
         is_async: the function is a coroutine function (else it runs in a worker thread).
         context_parameter: the name of the injected ``ToolContext`` parameter, if any.
         source_file: the file that defines the function (for ``Failure.top_frame``).
+        origin: where an external tool comes from (e.g. ``mcp:python -m mcp_server_time``);
+            None for a Python tool.
     """
 
     name: str
     description: str
     function: Callable[..., Any] = field(repr=False)
     spec: ToolSpec = field(repr=False)
-    arguments_model: type[pydantic.BaseModel] = field(repr=False)
+    arguments_model: type[pydantic.BaseModel] | None = field(repr=False)
     replay: ReplayPolicy = ReplayPolicy.never
     reconcile_hook: ReconcileHook | None = field(default=None, repr=False)
     completion_marker: bool = False
     is_async: bool = False
     context_parameter: str | None = None
     source_file: str | None = field(default=None, repr=False)
+    origin: str | None = None
+    _validate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = field(
+        default=None, repr=False
+    )
+    _external: ExternalCall | None = field(default=None, repr=False)
     _params: tuple[_Param, ...] = field(default=(), repr=False)
     _call_order: tuple[tuple[str, bool], ...] = field(default=(), repr=False)
 
@@ -121,9 +147,16 @@ class Tool:
         A parameter annotated with a pydantic model gets an instance of it, an enum a member.
         Defaults are filled in. The ``ToolContext`` parameter is not among them.
 
+        For an external tool, its validator's result (the arguments as sent, once they match
+        its schema).
+
         Raises:
             pydantic.ValidationError: an argument is missing, unknown, or of the wrong type.
+            InvalidArguments: an external tool's validator refused them.
         """
+        if self._validate is not None:
+            return self._validate(arguments)
+        assert self.arguments_model is not None
         model = self.arguments_model.model_validate(dict(arguments))
         return {p.name: getattr(model, p.field) for p in self._params}
 
@@ -133,8 +166,11 @@ class Tool:
 
         A sync function runs in a worker thread (``asyncio.to_thread``) so it never blocks the
         event loop; if the awaiting task is cancelled the thread cannot be stopped and runs to
-        its end, its result discarded. An async function is awaited. Exceptions propagate.
+        its end, its result discarded. An async function is awaited; an external tool's call is
+        awaited with ``(values, ctx)``. Exceptions propagate.
         """
+        if self._external is not None:
+            return await self._external(values, ctx)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         for name, positional in self._call_order:
@@ -296,6 +332,74 @@ class ToolRegistry:
         self._specs = None
         return registered
 
+    def register_external(
+        self,
+        name: str,
+        *,
+        description: str,
+        parameters: Mapping[str, Any],
+        validate: Callable[[Mapping[str, Any]], dict[str, Any]],
+        call: ExternalCall,
+        replay: ReplayName | ReplayPolicy = "never",
+        reconcile: ReconcileHook | None = None,
+        completion_marker: bool = False,
+        origin: str | None = None,
+    ) -> Tool:
+        """Register a tool that is not a Python function: its JSON schema is given as it is
+        (an MCP server's ``inputSchema``, say), ``validate`` checks arguments against it and
+        ``call`` performs it. Validation, dispatch, replay and the synthetic observations are
+        those of every other tool: ``validate`` raising is ``not_executed`` with its problems
+        listed (raise :class:`InvalidArguments`), ``call`` raising is an executed failure, and
+        an ``Outcome`` it returns is passed through.
+
+        Args:
+            name: the name the model calls it by.
+            description: what the model reads about it.
+            parameters: the JSON schema of its arguments object (copied; not checked here).
+            validate: ``validate(arguments) -> values``; raises :class:`InvalidArguments`.
+            call: ``await call(values, ctx)``; returns what the tool returned.
+            replay, reconcile, completion_marker: as for :meth:`register`.
+            origin: where the tool comes from, shown in errors and listings.
+
+        Raises:
+            ConfigError: the name is taken or invalid (the message names ``origin``), the
+                schema is not a JSON object, or the replay policy is wrong (see
+                :meth:`register`). Nothing is registered then.
+        """
+        where = f"tool {name!r}" + (f" (from {origin})" if origin else "")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(
+                f"{where}: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, "
+                "'_' and '-', at most 64)"
+            )
+        if name in self._tools:
+            raise ConfigError(f"{where}: a tool of that name is already registered")
+        if not isinstance(parameters, Mapping):
+            raise ConfigError(f"{where}: its parameters schema must be a JSON object")
+        policy = _replay_policy(where, replay, reconcile)
+        schema = _json_copy(parameters)
+        spec: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": name, "description": description, "parameters": schema},
+        }
+        registered = Tool(
+            name=name,
+            description=description,
+            function=call,
+            spec=spec,
+            arguments_model=None,
+            replay=policy,
+            reconcile_hook=reconcile,
+            completion_marker=bool(completion_marker),
+            is_async=True,
+            origin=origin,
+            _validate=validate,
+            _external=call,
+        )
+        self._tools[name] = registered
+        self._specs = None
+        return registered
+
     def specs(self) -> tuple[ToolSpec, ...]:
         """The tool specs, in registration order (cached until a tool is added). Deterministic:
         the same registrations give equal specs. Do not mutate them."""
@@ -319,6 +423,15 @@ class ToolRegistry:
 
     def __repr__(self) -> str:
         return f"ToolRegistry({list(self._tools)!r})"
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of a JSON-like value (mappings become dicts, sequences lists)."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_copy(v) for v in value]
+    return value
 
 
 def _replay_policy(where: str, replay: object, hook: ReconcileHook | None) -> ReplayPolicy:
