@@ -1,0 +1,65 @@
+"""Tools from MCP servers: the Model Context Protocol as a tool source, with replay policies
+taken from the servers' own annotations (extra ``polyloop[mcp]``, on the official ``mcp`` SDK).
+
+::
+
+    from polyloop import Loop, ToolRegistry
+    from polyloop.tools.mcp import MCPServer
+
+    tools = ToolRegistry()
+    async with MCPServer.stdio("python -m mcp_server_time") as time_server:
+        await time_server.register(tools)          # beside any Python tools
+        result = await Loop(model, tools=tools).run("What time is it in Tokyo?")
+
+* **Servers.** ``MCPServer.stdio(command line)`` starts the server as a child process (its own
+  process group) and stops it by pid on close; ``MCPServer.http(url, headers=...)`` talks
+  Streamable HTTP. ``MCPServer.from_spec`` takes either (what ``polyloop run --mcp`` takes).
+* **Tools** join a ``ToolRegistry`` with the server's JSON schemas as given; arguments are
+  validated against them on the registry's usual path (an unknown tool or invalid arguments
+  is ``not_executed``, with the problems in words a model can act on). A name that is already
+  registered is a ``ConfigError``; ``register(prefix="time_")`` avoids it.
+* **Replay policy** from the annotations: ``readOnlyHint: true`` or ``idempotentHint: true``
+  gives ``idempotent``; anything else, no annotations included, ``never``
+  (:func:`replay_from_annotations`); ``register(replay={"name": "never"})`` overrides it.
+  The policy recorded in an action's intent is the one in force when it was written.
+* **The op_id** reaches the server in ``params._meta["polyloop/op_id"]``
+  (:data:`OP_ID_META_KEY`), the same on a replay after a crash.
+* **Results**: text blocks are the observation; structured content is kept as canonical
+  JSON; images, audio and binary resources are one summary line each (type, size, URI) and
+  saved under ``store_dir`` if given; ``isError: true`` is an executed failure the model sees.
+* **Failures** (see :class:`MCPServer`): a call that never reached the server is
+  ``not_executed``; one that reached it and got no answer (the server died, the connection
+  broke, ``timeout_s`` passed) is an executed failure, since it may have acted; a stdio server
+  that died and cannot be started again is ``env_error``.
+* **Cancellation**: the kernel gives an in-flight call its grace period; then the call is
+  cancelled and the server gets ``notifications/cancelled`` for it.
+* **Resume** lists the tools again: register them from the servers before ``Loop.resume``; a
+  tool that vanished is treated like a Python tool that vanished (a ``never`` action of it
+  ends ``resume_state_unknown``).
+"""
+
+from __future__ import annotations
+
+try:
+    import mcp as _mcp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("polyloop.tools.mcp needs the MCP SDK: pip install 'polyloop[mcp]'") from exc
+
+from ._server import (
+    OP_ID_META_KEY,
+    MCPServer,
+    MCPServerError,
+    MCPTool,
+    replay_from_annotations,
+)
+from ._texts import DEFAULT_MCP_TEXTS, MCPTexts
+
+__all__ = [
+    "DEFAULT_MCP_TEXTS",
+    "OP_ID_META_KEY",
+    "MCPServer",
+    "MCPServerError",
+    "MCPTexts",
+    "MCPTool",
+    "replay_from_annotations",
+]

@@ -1,0 +1,677 @@
+"""``MCPServer``: one connection to an MCP server, over stdio or Streamable HTTP, whose tools
+join a :class:`~polyloop.tools.ToolRegistry`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import re
+import shlex
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import httpx2
+import mcp_types
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from polyloop.types import (
+    ActionStatus,
+    ConfigError,
+    EnvironmentFailure,
+    Failure,
+    Outcome,
+    PolyLoopError,
+    ReplayPolicy,
+    ToolContext,
+)
+
+from .._threads import in_thread
+from ..registry import ReconcileHook, Tool, ToolRegistry
+from ._results import arguments_validator, result_outcome, write_stored
+from ._stdio import StdioProcess, stdio_transport
+from ._texts import DEFAULT_MCP_TEXTS, MCPTexts
+
+OP_ID_META_KEY = "polyloop/op_id"
+"""The key of ``params._meta`` under which every ``tools/call`` request carries PolyLoop's
+``op_id`` (the same on a replay after a crash): a server may use it to de-duplicate."""
+
+# JSON-RPC errors that say the server did not run the call (it could not parse or route it).
+_NOT_RUN_CODES = frozenset({-32700, -32600, -32601, -32602})
+_CLIENT_INFO = mcp_types.Implementation(name="polyloop", version="0.1.0")
+_CLOSE_TIMEOUT_S = 10.0
+
+
+class MCPServerError(PolyLoopError):
+    """An MCP server could not be started, connected to, or listed (its message names the
+    server and the reason, with the server's last stderr line for a stdio server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MCPTool:
+    """A tool a server offers, as listed, with the replay policy PolyLoop derives for it.
+
+    Attributes:
+        name: the server's name for it.
+        description: its description ("" if none).
+        input_schema: its JSON schema, as given.
+        annotations: its annotations as sent (``readOnlyHint``, ``idempotentHint``,
+            ``destructiveHint``, ``openWorldHint``, ``title``); empty if none.
+        replay: :func:`replay_from_annotations` of them.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any] = field(repr=False)
+    annotations: Mapping[str, Any]
+    replay: ReplayPolicy
+
+
+def replay_from_annotations(annotations: Mapping[str, Any] | None) -> ReplayPolicy:
+    """``idempotent`` when the server says the tool is read-only (``readOnlyHint: true``) or
+    idempotent (``idempotentHint: true``: repeating it has no additional effect, destructive or
+    not); ``never`` otherwise, including when it says nothing. Annotations are the server's
+    hints: override them per tool where you know better (``MCPServer.register(replay=...)``).
+    """
+    a = annotations or {}
+    if a.get("readOnlyHint") is True or a.get("idempotentHint") is True:
+        return ReplayPolicy.idempotent
+    return ReplayPolicy.never
+
+
+@dataclass(eq=False)
+class _Connection:
+    task: asyncio.Task[None] | None = None
+    session: ClientSession | None = None
+    process: StdioProcess | None = None
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    broken: bool = False
+    server_name: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        if self.broken or self.session is None:
+            return False
+        return self.process is None or self.process.alive
+
+
+class _NotSent(Exception):
+    """The connection could not be made again: a call did not reach the server."""
+
+
+class MCPServer:
+    """One MCP server: started (stdio) or connected to (Streamable HTTP) by :meth:`connect`
+    or ``async with``, its tools registered on a ``ToolRegistry`` by :meth:`register`.
+
+    Make one with :meth:`stdio`, :meth:`http` or :meth:`from_spec`. A call:
+
+    * carries the action's ``op_id`` in ``params._meta["polyloop/op_id"]``
+      (:data:`OP_ID_META_KEY`);
+    * returns the server's result as the observation (see ``result_outcome``); ``isError``
+      is an executed failure the model sees;
+    * finds a stdio server that died since the last call and starts it again, once: if that
+      start fails, the step is ``env_error`` (the run stops). An HTTP connection that broke
+      is made again the same way; if the server cannot be reached, the call was never sent:
+      ``not_executed``;
+    * that is lost — the server exits or the connection breaks after the request was written
+      to it, or no answer comes within ``timeout_s`` — is an **executed** failure: side effects
+      may have happened. A request is *sent* once its first byte is written to the server's
+      stdin, or once its HTTP connection is open; before that, it is ``not_executed``;
+    * cancelled (a cancelled run, once its grace period is over) sends MCP
+      ``notifications/cancelled`` for the request and stops waiting.
+
+    :meth:`aclose` stops a stdio server by its pid: stdin closed, then SIGTERM to its process
+    group after 2 s, then SIGKILL after 2 more. If PolyLoop itself is killed, the server sees
+    its stdin close (most servers then exit).
+
+    Args:
+        argv: the stdio server's command line (one of ``argv`` / ``url``).
+        url: the Streamable HTTP endpoint.
+        headers: HTTP headers for every request (authentication); ``${VAR}`` in a value is
+            replaced by that environment variable when connecting (so the secret need not be
+            stored where the spec is, e.g. in a run's metadata).
+        env: the stdio server's environment (default: PolyLoop's own).
+        cwd: the stdio server's working folder (default: PolyLoop's).
+        timeout_s: how long one call may wait for its answer (None: no limit).
+        connect_timeout_s: how long starting, connecting and listing may take.
+        store_dir: where images, audio and binary resources in results are saved (by content
+            hash); None keeps only their summary line.
+        texts: the wording of PolyLoop's own observations about calls.
+    """
+
+    def __init__(
+        self,
+        *,
+        argv: Sequence[str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        timeout_s: float | None = 120.0,
+        connect_timeout_s: float = 30.0,
+        store_dir: str | Path | None = None,
+        texts: MCPTexts = DEFAULT_MCP_TEXTS,
+    ) -> None:
+        if (argv is None) == (url is None):
+            raise ConfigError("MCPServer needs exactly one of argv= (stdio) or url= (HTTP)")
+        if argv is not None and (not argv or not all(isinstance(a, str) for a in argv)):
+            raise ConfigError(f"MCPServer argv must be a non-empty list of strings, got {argv!r}")
+        if url is not None and not re.match(r"^https?://", url):
+            raise ConfigError(f"MCPServer url must start with http:// or https://, got {url!r}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ConfigError(f"MCPServer timeout_s must be > 0 or None, got {timeout_s!r}")
+        if not connect_timeout_s > 0:
+            raise ConfigError(f"MCPServer connect_timeout_s must be > 0, got {connect_timeout_s}")
+        self.kind: Literal["stdio", "http"] = "stdio" if argv is not None else "http"
+        self.argv = tuple(argv) if argv is not None else None
+        self.url = url
+        self._headers = dict(headers or {})
+        self._env = dict(env) if env is not None else None
+        self._cwd = str(cwd) if cwd is not None else None
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._store_dir = Path(store_dir) if store_dir is not None else None
+        self.texts = texts
+        self._conn: _Connection | None = None
+        self._lock = asyncio.Lock()
+        self._sent: set[str] = set()
+        self._closed = False
+
+    # --- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def stdio(cls, command: str | Sequence[str], **options: Any) -> MCPServer:
+        """A server PolyLoop starts: ``command`` is a command line (split as a shell would,
+        without running a shell) or an argv list. ``options`` as for the constructor."""
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        return cls(argv=argv, **options)
+
+    @classmethod
+    def http(cls, url: str, **options: Any) -> MCPServer:
+        """A server at a Streamable HTTP ``url``. ``options`` as for the constructor."""
+        return cls(url=url, **options)
+
+    @classmethod
+    def from_spec(cls, spec: str, **options: Any) -> MCPServer:
+        """``https://…`` or ``http://…`` is an HTTP server, anything else a stdio command
+        line (what ``polyloop run --mcp`` takes)."""
+        if re.match(r"^https?://", spec.strip()):
+            return cls.http(spec.strip(), **options)
+        try:
+            argv = shlex.split(spec)
+        except ValueError as exc:
+            raise ConfigError(f"cannot split the MCP command line {spec!r}: {exc}") from None
+        if not argv:
+            raise ConfigError("an MCP server spec must be a command line or an http(s) URL")
+        return cls(argv=argv, **options)
+
+    @property
+    def spec(self) -> str:
+        """The command line (shell-quoted) or the URL: what :meth:`from_spec` takes back."""
+        if self.argv is None:
+            assert self.url is not None
+            return self.url
+        return shlex.join(self.argv)
+
+    @property
+    def pid(self) -> int | None:
+        """The stdio server's process id while it runs; None otherwise (and for HTTP)."""
+        conn = self._conn
+        if conn is None or conn.process is None:
+            return None
+        return conn.process.pid
+
+    @property
+    def server_name(self) -> str | None:
+        """The name the server gave itself (``serverInfo.name``) once connected."""
+        return self._conn.server_name if self._conn is not None else None
+
+    def __repr__(self) -> str:
+        return f"MCPServer({self.kind}: {self.spec})"
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Start (stdio) or connect to (HTTP) the server and initialise the MCP session.
+        Idempotent while connected.
+
+        Raises:
+            MCPServerError: it cannot be started or reached, or it did not answer the
+                initialisation within ``connect_timeout_s``; nothing is left running then.
+        """
+        async with self._lock:
+            if self._closed:
+                raise MCPServerError(f"{self!r} is closed; make a new one")
+            if self._conn is None or not self._conn.alive:
+                await self._reconnect()
+
+    async def aclose(self) -> None:
+        """Close the session and stop a stdio server (by its pid; see the class). Idempotent."""
+        self._closed = True
+        async with self._lock:
+            await self._drop()
+
+    async def __aenter__(self) -> MCPServer:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- tools ------------------------------------------------------------------------------
+
+    async def list_tools(self) -> tuple[MCPTool, ...]:
+        """The tools the server offers now (all pages), with their derived replay policies.
+
+        Raises:
+            MCPServerError: not connected, or the listing failed.
+        """
+        session = await self._session()
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            with anyio.fail_after(self.connect_timeout_s):
+                while True:
+                    params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                    page = await session.list_tools(params=params)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except (MCPError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
+            raise MCPServerError(f"{self!r}: listing its tools failed: {_reason(e)}") from None
+        listed = []
+        for t in tools:
+            hints = (
+                t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {}
+            )
+            listed.append(
+                MCPTool(t.name, t.description or "", t.input_schema, hints, _policy(hints))
+            )
+        return tuple(listed)
+
+    async def register(
+        self,
+        registry: ToolRegistry,
+        *,
+        prefix: str = "",
+        include: Sequence[str] | None = None,
+        replay: Mapping[str, str | ReplayPolicy] | None = None,
+        reconcile: Mapping[str, ReconcileHook] | None = None,
+        completion_markers: Sequence[str] = (),
+    ) -> tuple[Tool, ...]:
+        """List the server's tools and register them on ``registry`` (connecting first if
+        needed), beside whatever is registered there. Each is named ``prefix + its name``,
+        with the server's JSON schema as given (arguments are validated against it before any
+        call), and the replay policy :func:`replay_from_annotations` derives, unless
+        ``replay`` names it (``{"git_reset": "never"}``), or ``reconcile`` gives it a hook.
+        Keys of ``include``, ``replay``, ``reconcile`` and ``completion_markers`` are the
+        server's names (without the prefix).
+
+        All or nothing: on an error, no tool of this server is registered.
+
+        Raises:
+            ConfigError: a name is already registered or two tools would get one name (pass
+                ``prefix=``), a name is not ``^[a-zA-Z0-9_-]{1,64}$`` (leave it out with
+                ``include=``), or a key names no tool of the server.
+            MCPServerError: the server cannot be reached or listed.
+        """
+        offered = {t.name: t for t in await self.list_tools()}
+        names = list(offered) if include is None else list(include)
+        overrides = dict(replay or {})
+        hooks = dict(reconcile or {})
+        for what, keys in (
+            ("include", names),
+            ("replay", overrides),
+            ("reconcile", hooks),
+            ("completion_markers", completion_markers),
+        ):
+            unknown = sorted(set(keys) - set(offered))
+            if unknown:
+                raise ConfigError(
+                    f"{self!r}: {what} names {unknown}, which it does not offer "
+                    f"(it offers {sorted(offered)})"
+                )
+        taken = [prefix + n for n in names if prefix + n in registry]
+        if taken:
+            raise ConfigError(
+                f"{self!r}: tools named {taken} are already registered; pass prefix=... to "
+                "register this server's tools under other names"
+            )
+        bad = [prefix + n for n in names if not re.match(r"^[a-zA-Z0-9_-]{1,64}$", prefix + n)]
+        if bad:
+            raise ConfigError(
+                f"{self!r}: the tool names {bad} are not ^[a-zA-Z0-9_-]{{1,64}}$ (what model "
+                "APIs accept); leave them out with include=[...]"
+            )
+        origin = f"MCP server {self.spec}"
+        registered = []
+        for n in names:
+            t = offered[n]
+            policy: str | ReplayPolicy = overrides.get(n, t.replay)
+            if n in hooks:
+                policy = ReplayPolicy.reconcile
+            registered.append(
+                registry.register_external(
+                    prefix + n,
+                    description=t.description or n,
+                    parameters=t.input_schema,
+                    validate=arguments_validator(t.input_schema, where=f"{origin}: tool {n!r}"),
+                    call=functools.partial(self._call_tool, n),
+                    replay=policy,  # type: ignore[arg-type]  # checked by the registry
+                    reconcile=hooks.get(n),
+                    completion_marker=n in completion_markers,
+                    origin=origin,
+                )
+            )
+        registry.add_wording_version(self.texts.version)
+        return tuple(registered)
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> Outcome:
+        """Call the server's tool ``name`` (its own name) with ``arguments`` (not validated
+        here) as the action of ``ctx``; what the registered tools do. See the class for what
+        each failure becomes.
+
+        Raises:
+            EnvironmentFailure: a stdio server that died could not be started again.
+            asyncio.CancelledError: the call was cancelled (``notifications/cancelled`` sent).
+        """
+        return await self._call_tool(name, arguments, ctx)
+
+    # --- internals --------------------------------------------------------------------------
+
+    async def _call_tool(
+        self, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> Outcome:
+        op_id = ctx.op_id
+        try:
+            session = await self._live()
+        except _NotSent as exc:
+            text = self.texts.not_sent.format(tool=name, server=self.spec, reason=exc)
+            return Outcome(ActionStatus.not_executed, text, synthetic=True)
+        self._sent.discard(op_id)
+        try:
+            result = await session.call_tool(
+                name,
+                dict(arguments),
+                read_timeout_seconds=self.timeout_s,
+                meta=_meta(op_id),
+            )
+        except MCPError as exc:
+            return self._error_outcome(name, exc, sent=op_id in self._sent)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            return self._lost(name, _reason(exc), sent=op_id in self._sent)
+        finally:
+            self._sent.discard(op_id)
+        store = self._store if self._store_dir is not None else None
+        return await result_outcome(
+            result, tool=name, store=store, empty_error=self.texts.empty_error
+        )
+
+    def _error_outcome(self, name: str, exc: MCPError, *, sent: bool) -> Outcome:
+        code = exc.error.code
+        if code == mcp_types.REQUEST_TIMEOUT:
+            timeout = self.timeout_s or 0.0
+            text = self.texts.timed_out.format(tool=name, server=self.spec, timeout_s=timeout)
+            return _failed(text, "MCPTimeout", text)
+        if code == mcp_types.CONNECTION_CLOSED:
+            self._mark_broken()
+            return self._lost(name, self._gone_reason(), sent=sent)
+        message = exc.error.message
+        if code in _NOT_RUN_CODES:
+            text = self.texts.refused.format(tool=name, server=self.spec, message=message)
+            return Outcome(ActionStatus.not_executed, text, synthetic=True)
+        text = self.texts.failed.format(tool=name, server=self.spec, message=message)
+        return _failed(text, "MCPError", message)
+
+    def _lost(self, name: str, reason: str, *, sent: bool) -> Outcome:
+        if not sent:
+            text = self.texts.not_sent.format(tool=name, server=self.spec, reason=reason)
+            return Outcome(ActionStatus.not_executed, text, synthetic=True)
+        text = self.texts.lost.format(tool=name, server=self.spec, reason=reason)
+        return _failed(text, "MCPConnectionLost", reason)
+
+    def _gone_reason(self) -> str:
+        conn = self._conn
+        if conn is not None and conn.process is not None:
+            return f"the server process exited ({conn.process.last_words()})"
+        return "the connection closed"
+
+    def _mark_broken(self) -> None:
+        if self._conn is not None:
+            self._conn.broken = True
+
+    async def _store(self, raw: bytes, mime: str | None) -> Path:
+        assert self._store_dir is not None
+        path: Path = await in_thread(write_stored, self._store_dir, raw, mime)
+        return path
+
+    async def _session(self) -> ClientSession:
+        conn = self._conn
+        if conn is None or conn.session is None or not conn.alive:
+            await self.connect()
+            conn = self._conn
+        assert conn is not None and conn.session is not None
+        return conn.session
+
+    async def _live(self) -> ClientSession:
+        """The session, after starting the server again (once) if it died since the last
+        call. Raises EnvironmentFailure (stdio: it cannot be started) or _NotSent (HTTP:
+        it cannot be reached)."""
+        conn = self._conn
+        if conn is not None and conn.alive and conn.session is not None:
+            return conn.session
+        async with self._lock:
+            if self._closed:
+                raise EnvironmentFailure(f"{self!r} was closed; its tools cannot be called")
+            if self._conn is None or not self._conn.alive:
+                try:
+                    await self._reconnect()
+                except MCPServerError as exc:
+                    if self.kind == "http" and isinstance(exc.__cause__, _Unreachable):
+                        raise _NotSent(str(exc.__cause__)) from None
+                    raise EnvironmentFailure(str(exc)) from None
+            assert self._conn is not None and self._conn.session is not None
+            return self._conn.session
+
+    async def _reconnect(self) -> None:
+        await self._drop()
+        conn = _Connection()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        conn.task = asyncio.ensure_future(self._serve(conn, ready))
+        try:
+            await ready
+        except BaseException as exc:
+            await _finish(conn)
+            if isinstance(exc, Exception):
+                raise MCPServerError(self._start_failure(conn, exc)) from exc
+            raise
+        self._conn = conn
+
+    def _start_failure(self, conn: _Connection, exc: BaseException) -> str:
+        verb = "start" if self.kind == "stdio" else "connect to"
+        why = _reason(exc)
+        if conn.process is not None:
+            why += f"; its last words: {conn.process.last_words()}"
+        return f"cannot {verb} the MCP server {self.spec}: {why}"
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await _finish(conn)
+
+    async def _serve(self, conn: _Connection, ready: asyncio.Future[None]) -> None:
+        """The connection's own task: it enters the transport and the session (anyio scopes
+        must be left by the task that entered them), and holds them until ``conn.closing``."""
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams: tuple[Any, Any]
+                if self.argv is not None:
+                    streams, conn.process = await stack.enter_async_context(
+                        stdio_transport(
+                            self.argv, env=self._env, cwd=self._cwd, on_write=self._on_write
+                        )
+                    )
+                else:
+                    assert self.url is not None
+                    client = httpx2.AsyncClient(
+                        headers=_expand(self._headers),
+                        timeout=httpx2.Timeout(30.0, read=300.0),
+                        transport=_Tracking(httpx2.AsyncHTTPTransport(), self._sent),
+                    )
+                    await stack.enter_async_context(client)
+                    streams = await stack.enter_async_context(
+                        streamable_http_client(self.url, http_client=client)
+                    )
+                session = await stack.enter_async_context(
+                    ClientSession(streams[0], streams[1], client_info=_CLIENT_INFO)
+                )
+                with anyio.fail_after(self.connect_timeout_s):
+                    init = await session.initialize()
+                conn.session = session
+                conn.server_name = init.server_info.name
+                ready.set_result(None)
+                await conn.closing.wait()
+        except BaseException as exc:
+            if not ready.done():
+                connect = _find(exc, (httpx2.ConnectError, httpx2.ConnectTimeout))
+                if connect is not None:
+                    ready.set_exception(_Unreachable(_reason(connect)))
+                elif isinstance(exc, Exception):
+                    ready.set_exception(exc)
+                else:
+                    ready.set_exception(RuntimeError(_reason(exc)))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            conn.broken = True
+
+    def _on_write(self, message: Any) -> None:
+        """Mark a ``tools/call`` request as sent: its bytes go to the server now."""
+        if isinstance(message, mcp_types.JSONRPCRequest) and message.method == "tools/call":
+            op = ((message.params or {}).get("_meta") or {}).get(OP_ID_META_KEY)
+            if isinstance(op, str):
+                self._sent.add(op)
+
+
+class _Unreachable(Exception):
+    """The HTTP server could not be connected to (nothing was sent)."""
+
+
+def _find(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """``exc`` or the first exception of ``kinds`` inside it (exception groups included)."""
+    if isinstance(exc, kinds):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kinds)
+            if found is not None:
+                return found
+    return None
+
+
+class _Tracking(httpx2.AsyncBaseTransport):
+    """An HTTP transport that marks a ``tools/call`` as sent once its connection opened (a
+    connection that could not be opened sent nothing)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, sent: set[str]) -> None:
+        self._inner = inner
+        self._sent = sent
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        op = _op_of(request.content) if request.method == "POST" else None
+        try:
+            response = await self._inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout):
+            raise
+        except BaseException:
+            if op is not None:
+                self._sent.add(op)
+            raise
+        if op is not None:
+            self._sent.add(op)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _op_of(body: bytes) -> str | None:
+    if OP_ID_META_KEY.encode() not in body:
+        return None
+    try:
+        params = json.loads(body).get("params") or {}
+    except (ValueError, AttributeError):
+        return None
+    op = (params.get("_meta") or {}).get(OP_ID_META_KEY)
+    return op if isinstance(op, str) else None
+
+
+async def _finish(conn: _Connection) -> None:
+    conn.closing.set()
+    task = conn.task
+    if task is None:
+        return
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.shield(task), _CLOSE_TIMEOUT_S)
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    elif not task.cancelled():
+        task.exception()  # retrieved: its failure was reported through `ready`
+
+
+def _meta(op_id: str) -> mcp_types.RequestParamsMeta:
+    """The request's ``_meta``: an open map in the SDK's types (extra keys round-trip)."""
+    meta: dict[str, Any] = {OP_ID_META_KEY: op_id}
+    return meta  # type: ignore[return-value]
+
+
+def _policy(hints: Mapping[str, Any]) -> ReplayPolicy:
+    return replay_from_annotations(hints)
+
+
+def _failed(text: str, error_type: str, message: str) -> Outcome:
+    return Outcome(
+        ActionStatus.executed,
+        text,
+        synthetic=True,
+        failure=Failure(error_type=error_type, message=message[:300]),
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_reason(e) for e in exc.exceptions)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _expand(headers: Mapping[str, str]) -> dict[str, str]:
+    """``${VAR}`` / ``$VAR`` in header values from the environment.
+
+    Raises:
+        MCPServerError: a variable is not set.
+    """
+    out = {}
+    for key, value in headers.items():
+        try:
+            out[key] = string.Template(value).substitute(os.environ)
+        except (KeyError, ValueError) as exc:
+            raise MCPServerError(
+                f"the MCP header {key!r} names the environment variable {exc}, which is not set"
+            ) from None
+    return out
