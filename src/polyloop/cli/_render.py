@@ -253,3 +253,22 @@ def _table(cols: list[str], data: list[list[str]], title: str | None = None) -> 
     for row in data:
         table.add_row(*(Text(cell) for cell in row))  # cells are text, never Rich markup
     console.print(table)
+
+
+_HINTS = ("readOnlyHint", "idempotentHint", "destructiveHint", "openWorldHint")
+
+
+def mcp_tool_line(tool: Any, width: int = 28) -> str:
+    """One line of ``polyloop tools``: the name, the derived replay policy, the hints the
+    server set (``readOnly``, ``!destructive`` for a hint set false), the description's first
+    line."""
+    hints = []
+    for key in _HINTS:
+        value = tool.annotations.get(key)
+        if isinstance(value, bool):
+            hints.append(("" if value else "!") + key.removesuffix("Hint"))
+    shown = ",".join(hints) if hints else "(no annotations)"
+    description = (tool.description.strip().splitlines() or [""])[0]
+    if len(description) > 80:
+        description = description[:79] + "…"
+    return f"{tool.name:<{width}}  {tool.replay.value:<10}  {shown:<45}  {description}".rstrip()

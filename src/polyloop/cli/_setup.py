@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from polyloop import ConfigError, Limits, Loop, RunNotFound
+from polyloop import ConfigError, Limits, Loop, RunNotFound, ToolRegistry
 from polyloop.journal import SQLiteJournal
 
 DEFAULT_JOURNAL = "polyloop.db"
@@ -100,6 +101,78 @@ def run_config(
     return config
 
 
+def mcp_config(specs: Sequence[str], *, prefix: bool, headers: Sequence[str]) -> dict[str, Any]:
+    """Check ``--mcp``, ``--mcp-prefix`` and ``--mcp-header``; the result joins the run's
+    stored config (so ``resume`` reconnects), and is empty without ``--mcp``. Header values are
+    stored as given: write secrets as ``${VAR}``, expanded from the environment at connect."""
+    if not specs:
+        if prefix or headers:
+            raise BadInput("--mcp-prefix and --mcp-header go with --mcp")
+        return {}
+    for spec in specs:
+        if not spec.strip():
+            raise BadInput("--mcp takes a command line or an http(s) URL, got ''")
+    parsed: dict[str, str] = {}
+    for header in headers:
+        name, sep, value = header.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name.strip()):
+            raise BadInput(f"--mcp-header takes 'Name: value', got {header!r}")
+        parsed[name.strip()] = value.strip()
+    config: dict[str, Any] = {"mcp": list(specs)}
+    if prefix:
+        config["mcp_prefix"] = True
+    if parsed:
+        config["mcp_headers"] = parsed
+    return config
+
+
+def _mcp_module() -> Any:
+    try:
+        from polyloop.tools import mcp
+    except ImportError as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    return mcp
+
+
+def mcp_server(spec: str, config: dict[str, Any], *, cwd: Path | None = None) -> Any:
+    """The ``MCPServer`` of one ``--mcp`` spec (a stdio server starts in ``cwd``: the run's
+    workspace, so that relative paths in its command line mean the same on resume)."""
+    mcp = _mcp_module()
+    try:
+        return mcp.MCPServer.from_spec(
+            spec,
+            headers=config.get("mcp_headers") if spec.startswith(("http://", "https://")) else None,
+            cwd=cwd,
+            store_dir=config.get("mcp_store"),
+        )
+    except ConfigError as exc:
+        raise BadInput(f"--mcp {spec!r}: {exc}") from None
+
+
+def mcp_prefix(server: Any) -> str:
+    """``--mcp-prefix``: the server's own name (``serverInfo.name``) in the characters tool
+    names allow, then ``_``: ``secure-filesystem-server_read_file``."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", server.server_name or "mcp")
+    return name + "_"
+
+
+async def add_mcp_tools(
+    servers: AsyncExitStack, tools: ToolRegistry, config: dict[str, Any], workspace: Path
+) -> None:
+    """Connect the run's MCP servers (closed with ``servers``) and register their tools on
+    ``tools``, beside the workspace tools. Raises ``BadInput`` for a name clash, the
+    library's ``MCPServerError`` for a server that cannot be started or reached."""
+    for spec in config.get("mcp") or ():
+        server = mcp_server(spec, config, cwd=workspace)
+        await servers.enter_async_context(server)
+        prefix = mcp_prefix(server) if config.get("mcp_prefix") else ""
+        try:
+            await server.register(tools, prefix=prefix)
+        except ConfigError as exc:
+            hint = "" if prefix else " (pass --mcp-prefix to name them SERVER_TOOL)"
+            raise BadInput(f"--mcp {spec!r}: {exc}{hint}") from None
+
+
 def check_timeout(timeout_s: float) -> float:
     """``--timeout``: seconds > 0."""
     if not timeout_s > 0 or timeout_s == float("inf"):
@@ -183,10 +256,13 @@ async def build_loop(
     *,
     max_steps: int | None = None,
     overrides: dict[str, Any] | None = None,
+    servers: AsyncExitStack | None = None,
 ) -> tuple[Loop, dict[str, Any], Limits | None]:
     """The Loop for a new run (``config`` given) or for resuming ``run_id`` with the config
     stored with it, ``overrides`` (:func:`model_overrides`) replacing its model options for
-    this execution."""
+    this execution. The run's MCP servers are connected again and their tools listed again
+    (a tool that vanished is treated as a vanished Python tool is); they stay connected until
+    ``servers`` closes."""
     limits: Limits | None = None
     if config is None:
         assert run_id is not None
@@ -211,5 +287,10 @@ async def build_loop(
     from polyloop.tools.builtin import workspace_tools
 
     tools = workspace_tools(workspace, shell="shell" in config["tools"])
-    loop = Loop(_model(config), tools=tools, journal=journal.journal, observers=[observer])
+    model = _model(config)
+    if config.get("mcp"):
+        if servers is None:
+            raise BadInput("this run uses MCP servers: continue it with polyloop resume")
+        await add_mcp_tools(servers, tools, config, workspace)
+    loop = Loop(model, tools=tools, journal=journal.journal, observers=[observer])
     return loop, config, limits

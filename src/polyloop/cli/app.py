@@ -36,8 +36,11 @@ from ._setup import (
     DEFAULT_JOURNAL,
     JOURNAL_ENV,
     BadInput,
+    add_mcp_tools,
     build_loop,
     loop_parts,
+    mcp_config,
+    mcp_server,
     model_overrides,
     open_journal,
     run_config,
@@ -133,6 +136,33 @@ TimeoutOpt = Annotated[
 ]
 
 
+McpOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp",
+        help="An MCP server whose tools join the run: a command line (started in the "
+        "workspace, stopped at the end) or an http(s):// URL (Streamable HTTP). Repeatable.",
+    ),
+]
+McpPrefixOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mcp-prefix",
+        help="Name each MCP tool SERVER_TOOL, SERVER being the server's own name (for tools "
+        "whose names clash).",
+    ),
+]
+McpHeaderOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp-header",
+        help="'Name: value' sent to the HTTP MCP servers; ${VAR} in the value is read from the "
+        "environment when connecting (stored as written, so keep secrets in variables). "
+        "Repeatable.",
+    ),
+]
+
+
 def _fail(message: str) -> typer.Exit:
     print(f"polyloop: {message}", file=sys.stderr)
     return typer.Exit(EXIT_BAD_INPUT)
@@ -203,10 +233,17 @@ def run(
     timeout: TimeoutOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     journal: JournalOpt = None,
+    mcp: McpOpt = None,
+    mcp_prefix: McpPrefixOpt = False,
+    mcp_header: McpHeaderOpt = None,
 ) -> None:
     """Run an agent on GOAL with the general workspace tools, journaled for resume.
 
     The first Ctrl-C detaches the run (it stays resumable); a second one cancels it.
+    With --mcp, the tools of MCP servers join the workspace tools (replay policies from the
+    servers' annotations: polyloop tools --mcp ... lists them); the servers are stored with
+    the run, and polyloop resume connects to them again. Images and binary resources their
+    tools return are saved beside the journal, in JOURNAL.mcp-files.
 
     Example: polyloop run "make the tests pass" --model openai:gpt-4o-mini --workspace .
     """
@@ -221,8 +258,14 @@ def run(
             max_prompt_chars=max_prompt_chars,
             timeout_s=timeout,
         )
+        servers = mcp_config(mcp or [], prefix=mcp_prefix, headers=mcp_header or [])
     except (BadInput, PolyLoopError) as exc:
         raise _fail(str(exc)) from None
+    if servers:
+        from ._setup import journal_path as resolve
+
+        servers["mcp_store"] = str(resolve(journal).resolve()) + ".mcp-files"
+        config.update(servers)
     _drive(journal, config, goal=goal, run_id=run_id)
 
 
@@ -265,6 +308,44 @@ def resume(
     _drive(journal, None, run_id=run_id, max_steps=max_steps, overrides=overrides)
 
 
+@app.command()
+def tools(
+    mcp: McpOpt = None,
+    mcp_header: McpHeaderOpt = None,
+    workspace: Annotated[
+        Path, typer.Option("--workspace", help="Folder the stdio servers start in.")
+    ] = Path("."),
+) -> None:
+    """List the tools MCP servers offer, with the replay policy PolyLoop derives from each
+    tool's annotations (idempotent: readOnlyHint or idempotentHint is true; never: anything
+    else) and the hints it read. Each server is started or connected to, listed, and stopped.
+
+    Example: polyloop tools --mcp 'python -m mcp_server_time'
+    """
+    try:
+        config = mcp_config(mcp or [], prefix=False, headers=mcp_header or [])
+    except BadInput as exc:
+        raise _fail(str(exc)) from None
+    if not config:
+        raise _fail("polyloop tools lists the tools of MCP servers: pass --mcp SERVER")
+    if not workspace.is_dir():
+        raise _fail(f"the workspace {workspace} does not exist or is not a folder")
+
+    async def go() -> list[tuple[str, str, tuple[Any, ...]]]:
+        listed = []
+        for spec in config["mcp"]:
+            async with mcp_server(spec, config, cwd=workspace.resolve()) as server:
+                name = server.server_name or ""
+                listed.append((spec, name, await server.list_tools()))
+        return listed
+
+    for spec, name, offered in _call(go):
+        print(f"{spec}  ({name}, {len(offered)} tools)")
+        width = max((len(t.name) for t in offered), default=0)
+        for t in offered:
+            print("  " + _render.mcp_tool_line(t, width))
+
+
 def _drive(
     journal_path: Path | None,
     config: dict[str, Any] | None,
@@ -280,14 +361,24 @@ def _drive(
 
     async def go() -> RunResult:
         limits: Limits | None
-        async with open_journal(journal_path, must_exist=config is None) as journal:
+        async with (
+            open_journal(journal_path, must_exist=config is None) as journal,
+            contextlib.AsyncExitStack() as servers,  # MCP servers: stopped when the run ends
+        ):
             if config is not None and parts is not None:
                 model, tools = parts
+                await add_mcp_tools(servers, tools, config, Path(config["workspace"]))
                 loop = Loop(model, tools=tools, journal=journal.journal, observers=[printer])
                 cfg, limits = config, Limits.from_dict(config["limits"])
             else:
                 loop, cfg, limits = await build_loop(
-                    journal, None, rid, printer, max_steps=max_steps, overrides=overrides
+                    journal,
+                    None,
+                    rid,
+                    printer,
+                    max_steps=max_steps,
+                    overrides=overrides,
+                    servers=servers,
                 )
             printer.header(rid, journal.path, cfg)
             if overrides:
@@ -853,16 +944,21 @@ def recover(
             outcomes: list[Any] = []
             if not dry_run:
                 for config, ids in groups.values():
-                    loop, _, _ = await build_loop(
-                        OpenJournal(j, Path(spec)), config, None, lambda _event: None
-                    )
-                    result = await execute(
-                        j,
-                        ids,
-                        functools.partial(_built_loop, loop),
-                        concurrency=concurrency,
-                        on_progress=progress,
-                    )
+                    async with contextlib.AsyncExitStack() as servers:
+                        loop, _, _ = await build_loop(
+                            OpenJournal(j, Path(spec)),
+                            config,
+                            None,
+                            lambda _event: None,
+                            servers=servers,
+                        )
+                        result = await execute(
+                            j,
+                            ids,
+                            functools.partial(_built_loop, loop),
+                            concurrency=concurrency,
+                            on_progress=progress,
+                        )
                     outcomes.extend(result.outcomes)
             return stalled, skipped, BatchResult(tuple(outcomes))
         finally:

@@ -113,7 +113,7 @@ async def result_outcome(
                     )
                 )
     structured = result.structured_content
-    if structured is not None and not _is_json_of(texts, structured):
+    if structured is not None and not _covered(texts, structured):
         shown = canonical_json(structured)
         parts.append(shown if not texts else f"structured content: {shown}")
     observation = "\n".join(parts)
@@ -130,15 +130,35 @@ async def result_outcome(
     return Outcome(ActionStatus.executed, observation)
 
 
-def _is_json_of(texts: list[str], structured: Any) -> bool:
-    """The text blocks already are the structured content, serialised (servers SHOULD send
-    both for clients that read only text): it is not repeated then."""
-    if len(texts) != 1:
+def _covered(texts: list[str], structured: Any) -> bool:
+    """The text blocks already say what the structured content does (servers SHOULD send
+    both, for clients that read only text): they are its JSON, or each of its values appears
+    in them. It is not repeated then."""
+    if not texts:
         return False
-    try:
-        return bool(json.loads(texts[0]) == structured)
-    except ValueError:
-        return False
+    if len(texts) == 1:
+        try:
+            if json.loads(texts[0]) == structured:
+                return True
+        except ValueError:
+            pass
+    joined = "\n".join(texts)
+    leaves = list(_leaves(structured))
+    return bool(leaves) and all(leaf in joined for leaf in leaves)
+
+
+def _leaves(value: Any) -> Any:
+    """The scalar values of a JSON value, as text (strings as they are)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, str):
+        yield value
+    elif value is not None:
+        yield json.dumps(value)
 
 
 async def _binary_line(

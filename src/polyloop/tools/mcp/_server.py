@@ -652,6 +652,8 @@ def _failed(text: str, error_type: str, message: str) -> Outcome:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, MCPError):
         return exc.error.message
+    if isinstance(exc, _Unreachable):
+        return str(exc)
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     if isinstance(exc, BaseExceptionGroup):

@@ -1,0 +1,94 @@
+"""An MCP server on the official SDK's MCPServer (FastMCP), for the faults real servers do not
+show on demand: dying mid-call, never answering, failing to start. Every tools/call it
+receives is logged (tool, op_id from ``_meta``) to $FAULTY_LOG before the tool runs, so a test
+sees what reached the server and with which op_id.
+
+    python -m tests.mcp.faulty_server
+
+Environment: FAULTY_LOG (the log file, required), FAULTY_FAIL_START=1 (exit at once with a
+message on stderr), FAULTY_DIE_AFTER_START=1 (answer initialize and tools/list, then exit on
+the first call before running it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True)
+DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False)
+
+server = MCPServer("faulty")
+
+
+def _log(event: str, ctx: Context, **extra: object) -> None:
+    meta = dict(ctx.request_context.meta or {})
+    entry = {"event": event, "op_id": meta.get("polyloop/op_id"), **extra}
+    with open(os.environ["FAULTY_LOG"], "a") as f:
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    if os.environ.get("FAULTY_DIE_AFTER_START") == "1":
+        os._exit(9)
+
+
+@server.tool(annotations=READ_ONLY)
+async def lookup(key: str, ctx: Context) -> str:
+    """Look a key up (read-only)."""
+    _log("lookup", ctx, key=key)
+    return f"value of {key}"
+
+
+@server.tool(annotations=READ_ONLY)
+async def slow_lookup(seconds: float, ctx: Context) -> str:
+    """Look something up slowly (read-only); logs 'cancelled' if the call is cancelled."""
+    _log("slow_lookup", ctx)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _log("cancelled", ctx)
+        raise
+    return f"looked up after {seconds} s"
+
+
+@server.tool(annotations=DESTRUCTIVE)
+async def slow_delete(name: str, seconds: float, ctx: Context) -> str:
+    """Delete something slowly (destructive, not idempotent)."""
+    _log("slow_delete", ctx, name=name)
+    await asyncio.sleep(seconds)
+    return f"deleted {name}"
+
+
+@server.tool()
+async def die(ctx: Context) -> str:
+    """Exit the server process in the middle of the call."""
+    _log("die", ctx)
+    os._exit(7)
+
+
+@server.tool(annotations=READ_ONLY)
+async def hang(ctx: Context) -> str:
+    """Never answer."""
+    _log("hang", ctx)
+    await asyncio.Event().wait()
+    return "never"
+
+
+@server.tool()
+async def fail(reason: str, ctx: Context) -> str:
+    """Raise an error (the result is isError)."""
+    _log("fail", ctx)
+    raise ToolError(reason)
+
+
+if __name__ == "__main__":
+    if os.environ.get("FAULTY_FAIL_START") == "1":
+        print("faulty: refusing to start (FAULTY_FAIL_START=1)", file=sys.stderr, flush=True)
+        sys.exit(5)
+    server.run("stdio")
