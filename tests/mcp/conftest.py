@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+# The command-line tests (test_mcp_cli.py) use the end-to-end suite's fixtures.
+from tests.e2e.test_cli import cli, fake, workspace  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[2]
 FAULTY = Path(__file__).with_name("faulty_server.py")
 TIME = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
@@ -64,7 +67,8 @@ def read_log(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
-def git_repo(path: Path) -> Path:
+def git_repo(path: Path, *, staged: str | None = None) -> Path:
+    """A repository with one commit ("first") of a.txt; ``staged``: new a.txt text, staged."""
     path.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
     env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
@@ -74,6 +78,9 @@ def git_repo(path: Path) -> Path:
     (path / "a.txt").write_text("one\n")
     subprocess.run(["git", "add", "a.txt"], cwd=path, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "first"], cwd=path, check=True, env=env)
+    if staged is not None:
+        (path / "a.txt").write_text(staged)
+        subprocess.run(["git", "add", "a.txt"], cwd=path, check=True)
     return path
 
 

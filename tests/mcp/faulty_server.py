@@ -6,8 +6,7 @@ sees what reached the server and with which op_id.
     python -m tests.mcp.faulty_server
 
 Environment: FAULTY_LOG (the log file, required), FAULTY_FAIL_START=1 (exit at once with a
-message on stderr), FAULTY_DIE_AFTER_START=1 (answer initialize and tools/list, then exit on
-the first call before running it).
+message on stderr), FAULTY_FAIL_START_IF=PATH (the same while PATH exists).
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ def _log(event: str, ctx: Context, **extra: object) -> None:
         f.write(json.dumps(entry) + "\n")
         f.flush()
         os.fsync(f.fileno())
-    if os.environ.get("FAULTY_DIE_AFTER_START") == "1":
-        os._exit(9)
 
 
 @server.tool(annotations=READ_ONLY)
@@ -88,7 +85,8 @@ async def fail(reason: str, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    if os.environ.get("FAULTY_FAIL_START") == "1":
+    flag = os.environ.get("FAULTY_FAIL_START_IF")
+    if os.environ.get("FAULTY_FAIL_START") == "1" or (flag and os.path.exists(flag)):
         print("faulty: refusing to start (FAULTY_FAIL_START=1)", file=sys.stderr, flush=True)
         sys.exit(5)
     server.run("stdio")

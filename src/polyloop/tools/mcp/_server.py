@@ -554,12 +554,16 @@ class MCPServer:
         finally:
             conn.broken = True
 
-    def _on_write(self, message: Any) -> None:
-        """Mark a ``tools/call`` request as sent: its bytes go to the server now."""
+    def _on_write(self, message: Any, sent: bool) -> None:
+        """Mark a ``tools/call`` request as sent (its bytes go to the server now), or not
+        (writing them failed)."""
         if isinstance(message, mcp_types.JSONRPCRequest) and message.method == "tools/call":
             op = ((message.params or {}).get("_meta") or {}).get(OP_ID_META_KEY)
             if isinstance(op, str):
-                self._sent.add(op)
+                if sent:
+                    self._sent.add(op)
+                else:
+                    self._sent.discard(op)
 
 
 class _Unreachable(Exception):

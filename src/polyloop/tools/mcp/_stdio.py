@@ -69,13 +69,15 @@ async def stdio_transport(
     *,
     env: Mapping[str, str] | None,
     cwd: str | None,
-    on_write: Callable[[Any], None],
+    on_write: Callable[[Any, bool], None],
 ) -> AsyncIterator[tuple[Streams, StdioProcess]]:
     """Start ``argv`` in a new process group and bridge its stdin/stdout to the session's
-    streams. ``on_write(message)`` is called for each JSON-RPC message just before its bytes
-    are written to the server (so a request it names may have reached the server from then
-    on). On exit: stdin is closed, then the process group gets SIGTERM, then SIGKILL, each
-    after a grace period, all shielded from cancellation.
+    streams. ``on_write(message, True)`` is called for each JSON-RPC message just before its
+    bytes are written to the server (a request it names may reach the server from then on),
+    and ``on_write(message, False)`` if that write then fails (the server has stopped reading:
+    a line it never read whole is a request it cannot run). On exit: stdin is closed, then
+    the process group gets SIGTERM, then SIGKILL, each after a grace period, all shielded
+    from cancellation.
 
     Raises:
         OSError: the command cannot be started (not found, not executable).
@@ -128,8 +130,12 @@ async def stdio_transport(
                 async for item in write_out:
                     message = item.message
                     data = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    on_write(message)
-                    await process.stdin.send(data.encode("utf-8"))
+                    on_write(message, True)
+                    try:
+                        await process.stdin.send(data.encode("utf-8"))
+                    except BaseException:
+                        on_write(message, False)
+                        raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server stopped reading: end the session's stream so no request waits on.
             await read_in.aclose()
