@@ -17,7 +17,7 @@ from polyloop.tools.mcp import MCPServer, MCPServerError
 from tests.conftest import call
 
 from .conftest import HttpServer, faulty_argv, faulty_env, read_log
-from .test_mcp_servers import run, with_submit
+from .test_mcp_servers import faulty_tools, run, with_submit
 
 
 def ctx(op_id: str) -> ToolContext:
@@ -55,9 +55,7 @@ async def test_server_killed_mid_call_is_an_executed_failure_then_it_is_restarte
 async def test_server_dead_between_calls_is_restarted_once_and_the_call_goes_through(
     faulty_log: Path,
 ) -> None:
-    tools = with_submit(ToolRegistry())
-    async with MCPServer.stdio(faulty_argv(), env=faulty_env(faulty_log)) as server:
-        await server.register(tools)
+    async with faulty_tools(faulty_log) as (server, tools):
         died = await server.call_tool("die", {}, ctx("op-die"))
         assert died.status == ActionStatus.executed  # it exited while running the call
         result = await run(tools, call("lookup", {"key": "a"}))
@@ -135,10 +133,8 @@ async def test_an_http_server_that_went_away_means_not_sent_then_not_executed(
 async def test_cancelling_a_run_mid_call_sends_notifications_cancelled_after_the_grace(
     faulty_log: Path,
 ) -> None:
-    tools = with_submit(ToolRegistry())
     journal = MemoryJournal()
-    async with MCPServer.stdio(faulty_argv(), env=faulty_env(faulty_log)) as server:
-        await server.register(tools)
+    async with faulty_tools(faulty_log) as (_, tools):
         model = ScriptedModel([call("slow_lookup", {"seconds": 60})])
         loop = Loop(model, tools=tools, journal=journal, cancel_grace_s=0.5)
         task = asyncio.ensure_future(loop.run("look it up", run_id="r-cancel"))

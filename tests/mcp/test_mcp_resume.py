@@ -16,7 +16,7 @@ from polyloop import ActionStatus, Loop, StopReason
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import ScriptedModel
 from polyloop.tools.mcp import MCPServer
-from polyloop.types import ActionIntent, ActionResult
+from polyloop.types import ActionIntent
 from tests.conftest import call
 
 from .conftest import ROOT, commits, faulty_argv, faulty_env, git_repo, read_log
@@ -63,15 +63,6 @@ async def intent_of(journal_path: Path, run_id: str) -> ActionIntent:
     finally:
         await journal.aclose()
     return next(r for r in records if isinstance(r, ActionIntent) and r.step_idx == 0)
-
-
-async def results_of(journal_path: Path, run_id: str) -> list[ActionResult]:
-    journal = SQLiteJournal(journal_path, read_only=True)
-    try:
-        _, records = await journal.read(run_id)
-    finally:
-        await journal.aclose()
-    return [r for r in records if isinstance(r, ActionResult)]
 
 
 async def test_killed_mid_call_a_read_only_tool_is_replayed_with_the_same_op_id(

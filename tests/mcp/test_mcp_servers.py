@@ -3,7 +3,9 @@ each, annotations -> replay policies, schema validation, results -> observations
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,15 @@ def with_submit(tools: ToolRegistry) -> ToolRegistry:
         return "submitted"
 
     return tools
+
+
+@contextlib.asynccontextmanager
+async def faulty_tools(log: Path) -> AsyncIterator[tuple[MCPServer, ToolRegistry]]:
+    """The fault-injection server, connected, its tools registered beside ``submit``."""
+    tools = with_submit(ToolRegistry())
+    async with MCPServer.stdio(faulty_argv(), env=faulty_env(log)) as server:
+        await server.register(tools)
+        yield server, tools
 
 
 async def run(tools: ToolRegistry, *replies: Any, journal: Any = None) -> Any:
@@ -152,10 +163,8 @@ async def test_everything_server_over_streamable_http(everything_http: HttpServe
 async def test_invalid_arguments_are_rejected_by_the_servers_schema_before_any_call(
     faulty_log: Path,
 ) -> None:
-    tools = with_submit(ToolRegistry())
     journal = MemoryJournal()
-    async with MCPServer.stdio(faulty_argv(), env=faulty_env(faulty_log)) as server:
-        await server.register(tools)
+    async with faulty_tools(faulty_log) as (_, tools):
         result = await run(
             tools,
             call("lookup", {"key": 3}),
@@ -177,10 +186,8 @@ async def test_invalid_arguments_are_rejected_by_the_servers_schema_before_any_c
 async def test_an_is_error_result_is_an_executed_failure_the_model_sees(
     faulty_log: Path,
 ) -> None:
-    tools = with_submit(ToolRegistry())
     journal = MemoryJournal()
-    async with MCPServer.stdio(faulty_argv(), env=faulty_env(faulty_log)) as server:
-        await server.register(tools)
+    async with faulty_tools(faulty_log) as (_, tools):
         result = await run(tools, call("fail", {"reason": "disk on fire"}), journal=journal)
     step = result.steps[0]
     assert step.action_status == ActionStatus.executed
@@ -191,10 +198,8 @@ async def test_an_is_error_result_is_an_executed_failure_the_model_sees(
 
 
 async def test_the_op_id_reaches_the_server_in_meta(faulty_log: Path) -> None:
-    tools = with_submit(ToolRegistry())
     journal = MemoryJournal()
-    async with MCPServer.stdio(faulty_argv(), env=faulty_env(faulty_log)) as server:
-        await server.register(tools)
+    async with faulty_tools(faulty_log) as (_, tools):
         result = await run(
             tools, call("lookup", {"key": "a"}), call("lookup", {"key": "b"}), journal=journal
         )
