@@ -187,3 +187,34 @@ async def test_an_override_on_resume_lifts_a_spent_budget() -> None:
     )
     assert r2.stop_reason == StopReason.agent_finished and r2.totals.tokens == 60
     assert r2.totals.usage_missing == 1  # the final answer came without usage
+
+
+async def test_the_budget_hint_shows_what_is_left_and_resume_rebuilds_it_byte_for_byte() -> None:
+    from polyloop.context import ChatContextBuilder
+
+    clock = FakeClock()
+
+    def reply(request: ModelRequest) -> ModelReply:
+        clock.now += 2.5
+        return noop_with(used(100, 20))
+
+    limits = Limits(max_steps=5, max_tokens=1000, max_cost=1.0, max_seconds=60)
+    journal = RecordingJournal(crash_at=6, crash_after=True)
+    builder = ChatContextBuilder(system_prompt="S", budget_hint=True)
+
+    def loop(j: RecordingJournal) -> Loop:
+        return loop_of(
+            FunctionModel(reply, pricing=PRICES), limits, j, clock=clock, context=builder
+        )
+
+    with pytest.raises(Crash):
+        await loop(journal).run("go", run_id="r")
+    r = await loop(RecordingJournal(journal.inner)).resume("r")
+    tool_texts = [m["content"] for m in r.messages if m["role"] == "tool"]
+    # $0.0004 per step; the first step's write came 2.5 s into the run.
+    assert tool_texts[0] == ("ok\n[step 1 of 5 · 880 tokens left · $1.00 left · 58 s left]")
+    assert tool_texts[1] == "ok\n[step 2 of 5 · 760 tokens left · $1.00 left · 55 s left]"
+    # The same run undisturbed sees the same conversation.
+    clock.now = FakeClock().now
+    again = await loop(RecordingJournal()).run("go", run_id="r")
+    assert [m for m in again.messages] == [m for m in r.messages]

@@ -419,6 +419,22 @@ def test_step_budget_exits_3(cli: CLI, fake: SlowableServer, workspace: Path) ->
     assert len(fake.requests) == 1
 
 
+def test_token_budget_exits_3_and_a_bad_budget_is_one_line(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    # Each stub reply reports 82 + 17 tokens: two steps spend 198 of 150.
+    fake.script(*(read_call(n=i) for i in range(1, 5)))
+    done = cli(*run_args(fake, workspace, "--max-tokens", "150"))
+    assert done.code == 3, done
+    run_id = run_id_of(done.out)
+    assert f"run {run_id}: token_budget after 2 steps, 2 actions" in done.out, done
+    shown = cli("runs", "--journal", "j.db", "--stop-reason", "token_budget")
+    assert run_id in shown.out, shown
+    bad = cli(*run_args(fake, workspace, "--max-cost", "0"))
+    assert bad.code == 1 and "Limits.max_cost must be > 0" in bad.err, bad
+    assert "Traceback" not in bad.err, bad
+
+
 def test_auth_error_exits_4_with_one_line_detail(
     cli: CLI, fake: SlowableServer, workspace: Path
 ) -> None:

@@ -69,10 +69,12 @@ def run_config(
     max_actions: int | None,
     max_prompt_chars: int | None,
     timeout_s: float | None = None,
+    budgets: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check the ``run`` arguments; the result is stored with the run (for ``resume``).
     ``timeout_s`` (the model call's request timeout) is stored only when given: a run
-    without it uses ``OpenAIModel``'s default."""
+    without it uses ``OpenAIModel``'s default. ``budgets``: ``max_tokens``, ``max_cost``,
+    ``max_seconds`` (None: unbounded)."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
@@ -88,7 +90,12 @@ def run_config(
     unknown = [t for t in chosen if t not in TOOL_SETS]
     if unknown or "files" not in chosen:
         raise BadInput(f"--tools takes files or files,shell; got {tools!r}")
-    limits = Limits(max_steps=max_steps, max_actions=max_actions, max_prompt_chars=max_prompt_chars)
+    limits = Limits(
+        max_steps=max_steps,
+        max_actions=max_actions,
+        max_prompt_chars=max_prompt_chars,
+        **{k: v for k, v in (budgets or {}).items() if v is not None},
+    )
     config: dict[str, Any] = {
         "model": model,
         "base_url": base_url,
@@ -254,13 +261,14 @@ async def build_loop(
     run_id: str | None,
     observer: Callable[[Any], None],
     *,
-    max_steps: int | None = None,
+    limit_overrides: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
     servers: AsyncExitStack | None = None,
 ) -> tuple[Loop, dict[str, Any], Limits | None]:
     """The Loop for a new run (``config`` given) or for resuming ``run_id`` with the config
     stored with it, ``overrides`` (:func:`model_overrides`) replacing its model options for
-    this execution. The run's MCP servers are connected again and their tools listed again
+    this execution and the limits in ``limit_overrides`` that are not None replacing the
+    stored ones (journaled). The run's MCP servers are connected again and their tools listed again
     (a tool that vanished is treated as a vanished Python tool is); they stay connected until
     ``servers`` closes."""
     limits: Limits | None = None
@@ -277,8 +285,9 @@ async def build_loop(
                 "from the code that started it (Loop.resume)"
             )
         config = {**cli, **(overrides or {})}
-        if max_steps is not None:
-            limits = Limits.from_dict({**spec.limits.to_dict(), "max_steps": max_steps})
+        changed = {k: v for k, v in (limit_overrides or {}).items() if v is not None}
+        if changed:
+            limits = Limits.from_dict({**spec.limits.to_dict(), **changed})
     else:
         limits = Limits.from_dict(config["limits"])
     workspace = Path(config["workspace"])

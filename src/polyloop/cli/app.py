@@ -126,6 +126,22 @@ BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compa
 MaxStepsOpt = Annotated[int, typer.Option("--max-steps")]
 MaxActionsOpt = Annotated[int | None, typer.Option("--max-actions")]
 MaxPromptCharsOpt = Annotated[int | None, typer.Option("--max-prompt-chars")]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-tokens", help="Input + output tokens the run may use (token_budget)."),
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-cost",
+        help="US dollars the run may spend (cost_budget; priced from the provider's reported "
+        "cost, else counted 0 and reported as usage missing).",
+    ),
+]
+MaxSecondsOpt = Annotated[
+    float | None,
+    typer.Option("--max-seconds", help="Seconds the run may be active (time_budget)."),
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -230,6 +246,9 @@ def run(
     max_steps: MaxStepsOpt = 30,
     max_actions: MaxActionsOpt = None,
     max_prompt_chars: MaxPromptCharsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_seconds: MaxSecondsOpt = None,
     timeout: TimeoutOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     journal: JournalOpt = None,
@@ -257,6 +276,7 @@ def run(
             max_actions=max_actions,
             max_prompt_chars=max_prompt_chars,
             timeout_s=timeout,
+            budgets={"max_tokens": max_tokens, "max_cost": max_cost, "max_seconds": max_seconds},
         )
         servers = mcp_config(mcp or [], prefix=mcp_prefix, headers=mcp_header or [])
     except (BadInput, PolyLoopError) as exc:
@@ -276,6 +296,9 @@ def resume(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Override the stored step budget.")
     ] = None,
+    max_tokens: MaxTokensOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_seconds: MaxSecondsOpt = None,
     base_url: Annotated[
         str | None,
         typer.Option(
@@ -296,8 +319,8 @@ def resume(
     An ended run is shown as it ended, with no model or tool call.
 
     --base-url and --timeout apply to this execution only: the run keeps the options it was
-    started with, and a later resume without them uses those again. --max-steps is journaled
-    with the run (it stands for later resumes too).
+    started with, and a later resume without them uses those again. --max-steps, --max-tokens,
+    --max-cost and --max-seconds are journaled with the run (they stand for later resumes too).
 
     Example: polyloop resume 3f2a… --journal polyloop.db --base-url http://127.0.0.1:8000/v1
     """
@@ -305,7 +328,13 @@ def resume(
         overrides = model_overrides(base_url=base_url, timeout_s=timeout)
     except BadInput as exc:
         raise _fail(str(exc)) from None
-    _drive(journal, None, run_id=run_id, max_steps=max_steps, overrides=overrides)
+    limits = {
+        "max_steps": max_steps,
+        "max_tokens": max_tokens,
+        "max_cost": max_cost,
+        "max_seconds": max_seconds,
+    }
+    _drive(journal, None, run_id=run_id, limit_overrides=limits, overrides=overrides)
 
 
 @app.command()
@@ -352,7 +381,7 @@ def _drive(
     *,
     run_id: str | None,
     goal: str | None = None,
-    max_steps: int | None = None,
+    limit_overrides: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> None:
     printer = _render.Progress()
@@ -376,7 +405,7 @@ def _drive(
                     None,
                     rid,
                     printer,
-                    max_steps=max_steps,
+                    limit_overrides=limit_overrides,
                     overrides=overrides,
                     servers=servers,
                 )

@@ -14,8 +14,10 @@ from typing import Any, SupportsIndex, overload
 
 from polyloop.types import (
     DEFAULT_TEMPLATES,
+    Limits,
     Message,
     ModelReply,
+    RunTotals,
     Templates,
     ToolSpec,
     Turn,
@@ -198,6 +200,7 @@ class ChatContext:
             if limits.max_actions is not None:
                 left = max(limits.max_actions - turn.actions_executed, 0)
                 actions = f" · {left} actions left"
+            actions += _spend_left(limits, turn.totals)
             text += self._templates.budget_hint.format(
                 step=turn.steps_used, max_steps=limits.max_steps, actions=actions
             )
@@ -279,8 +282,11 @@ class ChatContextBuilder:
     Args:
         system_prompt: the system message; None uses ``templates.system_prompt``, "" sends none.
         templates: the wording PolyLoop writes for the model.
-        budget_hint: append ``templates.budget_hint`` (steps used of ``max_steps``, and actions
-            left when ``max_actions`` is set) to every observation the model sees.
+        budget_hint: append ``templates.budget_hint`` (steps used of ``max_steps``, and what is
+            left of each of ``max_actions``, ``max_tokens``, ``max_cost``, ``max_seconds`` that
+            is set, e.g. ``[step 3 of 30 · 1200 tokens left · $0.42 left · 35 s left]``) to
+            every observation the model sees. The time left is as of the step's write, so a
+            resumed run rebuilds the same text.
     """
 
     def __init__(
@@ -338,3 +344,18 @@ def _preview(content: Any, limit: int = 40) -> str:
     """``content`` for an error message: its repr, cut to about ``limit`` characters."""
     text = repr(content)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _spend_left(limits: Limits, totals: RunTotals | None) -> str:
+    """The budget hint's part for the token, cost and time budgets that are set:
+    `` · 1200 tokens left · $0.42 left · 35 s left``."""
+    if totals is None:
+        return ""
+    out = ""
+    if limits.max_tokens is not None:
+        out += f" · {max(limits.max_tokens - totals.tokens, 0)} tokens left"
+    if limits.max_cost is not None:
+        out += f" · ${max(limits.max_cost - totals.cost_usd, 0.0):.2f} left"
+    if limits.max_seconds is not None:
+        out += f" · {max(limits.max_seconds - totals.active_s, 0.0):.0f} s left"
+    return out

@@ -188,7 +188,15 @@ def replay(
                     st.consecutive_invalid += 1
                 if context is not None:
                     context.add_step(
-                        Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits)
+                        Turn(
+                            step,
+                            reply,
+                            cut,
+                            len(st.steps),
+                            st.actions_executed,
+                            st.limits,
+                            st.totals(st.active_s),
+                        )
                     )
                 cur = None
             case RunEnd():

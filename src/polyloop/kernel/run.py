@@ -762,16 +762,21 @@ class RunDriver:
             elif kind is RunEnd:
                 self._ended = True
 
-    def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> None:
+    def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> StepWritten:
+        """Add the step to the trajectory and the context; its record, with the run's active
+        time as the context saw it (so that resume rebuilds the same context)."""
         st = self.state
         st.steps.append(step)
-        self.context.add_step(Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits))
+        active = self._active()
+        self.context.add_step(
+            Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits, st.totals(active))
+        )
+        return StepWritten(step, active)
 
     async def _append_step(
         self, records: tuple[Record, ...], step: StepRecord, reply: ModelReply, cut: int
     ) -> None:
-        self._add_to_context(step, reply, cut)
-        await self._write((*records, StepWritten(step, self._active())))
+        await self._write((*records, self._add_to_context(step, reply, cut)))
         if self._observers:
             self._emit(StepAppended(self.run_id, step))
 
@@ -791,8 +796,7 @@ class RunDriver:
         """Write the end record, in one transaction with the step that ends the run."""
         st = self.state
         if step is not None:
-            self._add_to_context(step, reply, cut)
-            records = (*records, StepWritten(step, self._active()))
+            records = (*records, self._add_to_context(step, reply, cut))
         end = RunEnd(
             reason,
             detail,
@@ -843,8 +847,7 @@ class RunDriver:
             if outcome is not None:
                 result = self._result(sc, outcome, 0.0)
                 step, cut = self._action_step(sc, result)
-                self._add_to_context(step, sc.reply, cut)
-                records = (result, StepWritten(step, self._active()))
+                records = (result, self._add_to_context(step, sc.reply, cut))
             else:
                 started = self._action_task is not None or sc.resumed  # it may have run
                 pending = _pending(intent, intent.replay_policy)

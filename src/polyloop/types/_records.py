@@ -664,6 +664,8 @@ class Turn:
         steps_used: steps in the trajectory including this one.
         actions_executed: executed actions including this one.
         limits: the limits in force for this step (for an opt-in budget hint).
+        totals: what the run had spent when the step was written (tokens, cost, active
+            seconds), for the hint of the token, cost and time budgets.
     """
 
     step: StepRecord
@@ -672,3 +674,4 @@ class Turn:
     steps_used: int
     actions_executed: int
     limits: Limits
+    totals: RunTotals | None = None
