@@ -127,7 +127,8 @@ class ToolEnvironment:
             completion-marker tool returned normally; ``executed`` with a synthetic error
             observation and ``failure`` when the tool raised (``CancelledError`` too, when the
             call itself was not cancelled: the tool awaited something another party
-            cancelled); ``env_error`` when it raised ``EnvironmentFailure``.
+            cancelled), or when it ran past its ``timeout_s`` (stopped: its side effects may
+            have happened); ``env_error`` when it raised ``EnvironmentFailure``.
 
         Raises:
             asyncio.CancelledError: the call was cancelled (a sync tool's thread runs on).
@@ -141,8 +142,17 @@ class ToolEnvironment:
                 values = tool.parse_arguments(action.arguments or {})
             except Exception as exc:
                 return self._invalid_arguments(tool, exc)
+        limit: asyncio.Timeout | None = None
         try:
-            result = await tool.call(values, ctx)
+            if tool.timeout_s is None:
+                result = await tool.call(values, ctx)
+            else:
+                async with asyncio.timeout(tool.timeout_s) as limit:
+                    result = await tool.call(values, ctx)
+        except TimeoutError as exc:
+            if limit is None or not limit.expired():
+                return self._raised(tool, exc)  # the tool's own TimeoutError
+            return self._timed_out(tool, exc)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -164,6 +174,12 @@ class ToolEnvironment:
         return Outcome(
             ActionStatus.executed, _observation_of(result), marker=tool.completion_marker
         )
+
+    def _timed_out(self, tool: Tool, exc: BaseException) -> Outcome:
+        assert tool.timeout_s is not None
+        text = self._templates.tool_timeout.format(name=tool.name, seconds=tool.timeout_s)
+        failure = Failure(None, "TimeoutError", None, f"timed out after {tool.timeout_s:g} s")
+        return Outcome(ActionStatus.executed, text, synthetic=True, failure=failure)
 
     def _raised(self, tool: Tool, exc: BaseException) -> Outcome:
         failure = _failure(exc, tool, error_type=type(exc).__name__)

@@ -120,6 +120,7 @@ class Tool:
         source_file: the file that defines the function (for ``Failure.top_frame``).
         origin: where an external tool comes from (e.g. ``mcp:python -m mcp_server_time``);
             None for a Python tool.
+        timeout_s: seconds one call may take (``@tool(timeout_s=...)``); None: no limit.
     """
 
     name: str
@@ -134,6 +135,7 @@ class Tool:
     context_parameter: str | None = None
     source_file: str | None = field(default=None, repr=False)
     origin: str | None = None
+    timeout_s: float | None = None
     _validate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = field(
         default=None, repr=False
     )
@@ -221,6 +223,7 @@ class ToolRegistry:
         replay: ReplayName | ReplayPolicy = "never",
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
+        timeout_s: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -232,6 +235,7 @@ class ToolRegistry:
         replay: ReplayName | ReplayPolicy = "never",
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
+        timeout_s: float | None = None,
     ) -> Any:
         """Register a function as a tool; usable bare (``@registry.tool``) or called
         (``@registry.tool(replay="idempotent")``). Returns the function unchanged.
@@ -243,6 +247,10 @@ class ToolRegistry:
             reconcile: the hook of the ``reconcile`` policy (required with it, refused
                 without it).
             completion_marker: the run completes when this tool returns normally.
+            timeout_s: seconds one call may take; then it is stopped and its step is an
+                executed failure ("timed out after N s; side effects may have happened": it
+                started, so it counts as an action). An async tool is cancelled; a sync tool's
+                thread cannot be stopped and runs on, its result discarded. None: no limit.
 
         Raises:
             ConfigError: see :meth:`register`.
@@ -255,6 +263,7 @@ class ToolRegistry:
                 replay=replay,
                 reconcile=reconcile,
                 completion_marker=completion_marker,
+                timeout_s=timeout_s,
             )
             return f
 
@@ -270,6 +279,7 @@ class ToolRegistry:
         replay: ReplayName | ReplayPolicy = "never",
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
+        timeout_s: float | None = None,
     ) -> Tool:
         """Register ``func`` (the non-decorator form of :meth:`tool`); return its :class:`Tool`.
 
@@ -284,7 +294,8 @@ class ToolRegistry:
                 no docstring; it takes ``*args`` or ``**kwargs``; a parameter's type has no JSON
                 schema or its annotation cannot be resolved; the ``Args:`` section documents a
                 parameter that does not exist; ``replay`` is unknown; ``replay="reconcile"``
-                comes without a hook, or a hook without it. Nothing is registered then.
+                comes without a hook, or a hook without it; ``timeout_s`` is not a number > 0.
+                Nothing is registered then.
         """
         if not callable(func) or inspect.isclass(func):
             raise ConfigError(f"a tool must be a function or a callable object, got {func!r}")
@@ -301,6 +312,14 @@ class ToolRegistry:
                 "pass name=... to register this one under another name"
             )
         policy = _replay_policy(where, replay, reconcile)
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not timeout_s > 0
+        ):
+            raise ConfigError(
+                f"{where}: timeout_s must be a number of seconds > 0, got {timeout_s!r}"
+            )
         target = _implementation(func)
         summary, arg_docs = _documentation(where, func, target)
         signature = _Signature.read(where, tool_name, func, target, arg_docs)
@@ -325,6 +344,7 @@ class ToolRegistry:
             is_async=_is_async(func, target),
             context_parameter=signature.context_parameter,
             source_file=code.co_filename if code is not None else None,
+            timeout_s=None if timeout_s is None else float(timeout_s),
             _params=signature.params,
             _call_order=signature.call_order,
         )

@@ -38,6 +38,11 @@ class Templates:
     """Placeholders: ``name``, ``errors`` (one line per problem)."""
     tool_error: str = "Error: {name!r} raised {error_type}: {message}"
     """Placeholders: ``name``, ``error_type``, ``message``."""
+    tool_timeout: str = (
+        "Error: {name!r} timed out after {seconds:g} s and was stopped; side effects may have "
+        "happened."
+    )
+    """Placeholders: ``name``, ``seconds`` (the tool's ``timeout_s``)."""
     malformed_arguments: str = (
         "Your call to {name!r} had arguments that are not valid JSON ({error}). "
         "Call the tool again with the arguments as one JSON object."
