@@ -58,6 +58,10 @@ class Loop:
         cancel_grace_s: how long an in-flight action may finish after cancellation.
         lease_ttl_s: the lease duration (renewed every third of it).
         templates: the model-visible wording of the default adapters (version stored per run).
+        wrap_up: when a budget ends a run, make one more model call, tools withheld, asking
+            for the best final answer (``Templates.wrap_up``); the step has ``wrap_up=True``,
+            the stop reason stays the budget's, and ``steps_used`` may exceed ``max_steps`` by
+            one (see :mod:`polyloop.kernel.wrap_up`). Off by default: experiments choose it.
         clock: time source for timings and backoff (``polyloop.testing.FakeClock`` in tests).
         guards: run-end guards, checked in order when the model gives a final answer; a plain
             function becomes ``RunEndGuard(fn)`` (named after it, at most 2 steers).
@@ -87,6 +91,7 @@ class Loop:
         templates: Templates = DEFAULT_TEMPLATES,
         clock: Clock | None = None,
         guards: Sequence[RunEndGuard | GuardCheck] = (),
+        wrap_up: bool = False,
     ) -> None:
         if tools is not None and environment is not None:
             raise TypeError(
@@ -121,6 +126,8 @@ class Loop:
                 clock=clock or SystemClock(),
                 wording_version=_wording_version(templates, environment),
                 guards=_guards(guards),
+                wrap_up_prompt=templates.wrap_up if wrap_up else None,
+                wrap_up_no_action=templates.wrap_up_no_action,
             )
         )
 

@@ -39,7 +39,8 @@ FIELDS_13 = [
     "step_wall_ms",
 ]
 FIELDS_5 = ["tool_name", "tool_args_json", "action_status", "completed", "schema_version"]
-ADDED = ["replaced_chars", "model"]  # fields with defaults added since, in the order they came
+# Fields with defaults added since, in the order they came.
+ADDED = ["replaced_chars", "model", "wrap_up"]
 
 
 def a_step(**over: Any) -> StepRecord:

@@ -32,8 +32,9 @@ opens a journal of an older minor migrates it (adds what the minors since then a
 
 1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``); 1.2 added ``steps.model``
 and ``model_calls.model``, ``response_model``, ``cached_tokens``, ``reasoning_tokens`` (all
-nullable); 1.3 added ``model_calls.cost_usd`` and the run's totals ``runs.tokens_used``,
-``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end record; NULL before)."""
+nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd`` and the run's totals
+``runs.tokens_used``, ``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end
+record; NULL before)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -88,9 +89,10 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schema_version", "TEXT NOT NULL"),
     ("replaced_chars", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.1
     ("model", "TEXT"),  # journal schema 1.2
+    ("wrap_up", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.3
 )
 _STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
-_STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed"})
+_STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed", "wrap_up"})
 assert tuple(f.name for f in fields(StepRecord)) == _STEP_NAMES, (
     "the steps table must have one column per StepRecord field: update _STEP_COLUMNS"
 )
@@ -143,6 +145,7 @@ _ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
     (2, "model_calls", "response_model", "TEXT"),
     (2, "model_calls", "cached_tokens", "INTEGER"),
     (2, "model_calls", "reasoning_tokens", "INTEGER"),
+    (3, "steps", "wrap_up", "INTEGER NOT NULL DEFAULT 0"),
     (3, "model_calls", "cost_usd", "REAL"),
     (3, "runs", "tokens_used", "INTEGER"),
     (3, "runs", "cost_usd", "REAL"),

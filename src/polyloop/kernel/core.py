@@ -18,8 +18,9 @@ from ..types import (
     ToolSpec,
     first_invalid,
 )
+from .ids import new_id
 from .replay import Replayed, replay
-from .run import KernelConfig, RunDriver, build_result, new_id
+from .run import KernelConfig, RunDriver, build_result
 
 __all__ = ["Kernel"]
 

@@ -31,6 +31,7 @@ from ..types import (
     RunTotals,
     StepRecord,
     StepWritten,
+    StopReason,
     Turn,
     Usage,
 )
@@ -52,6 +53,8 @@ class Interrupted:
     failed attempts that fell back)."""
     model: str | None = None
     """The model name of the step's last model intent (the one a result answers)."""
+    wrap_up: StopReason | None = None
+    """Set when the step is a wrap-up call: the budget that ends the run."""
     result: ModelResult | None = None
     failure: ModelFailure | None = None
     action_intent: ActionIntent | None = None
@@ -144,7 +147,9 @@ def replay(
                 if cur is None or cur.intent_id != rec.intent_id:
                     if cur is not None and (cur.result or cur.failure):
                         raise _out_of_order(run_id, seq, "a second model call for one step")
-                    cur = Interrupted(expected, rec.intent_id, rec.attempt, model=rec.model)
+                    cur = Interrupted(
+                        expected, rec.intent_id, rec.attempt, model=rec.model, wrap_up=rec.wrap_up
+                    )
                 elif cur.result is not None or cur.failure is not None:
                     raise _out_of_order(run_id, seq, "model intent after the step's result")
                 else:

@@ -23,7 +23,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -99,6 +98,8 @@ from ..types import (
     clean_text,
 )
 from . import stopping
+from . import wrap_up as wrapping
+from .ids import new_id
 from .replay import Interrupted, Replayed
 from .report import build_report
 from .steps import (
@@ -133,11 +134,6 @@ def _late_end_write(run_id: str, write: asyncio.Future[None]) -> None:
         log.info("run %s: the late cancelled end record landed", run_id)
 
 
-def new_id() -> str:
-    """A fresh globally unique id (run ids, intent ids, op ids): 128 random bits, as hex."""
-    return os.urandom(16).hex()
-
-
 @dataclass(frozen=True, slots=True)
 class KernelConfig:
     """Everything the kernel needs that is fixed for a ``Loop`` (no per-run state)."""
@@ -154,6 +150,10 @@ class KernelConfig:
     clock: Clock
     wording_version: str
     guards: tuple[RunEndGuard, ...] = ()
+    wrap_up_prompt: str | None = None
+    """``Loop(wrap_up=True)``: the wrap-up call's message (``Templates.wrap_up``); None: off."""
+    wrap_up_no_action: str = ""
+    """The observation of a wrap-up reply that called a tool (``Templates.wrap_up_no_action``)."""
     end_write_timeout_s: float = 10.0
 
 
@@ -332,6 +332,8 @@ class RunDriver:
             st.limits, len(st.steps), st.actions_executed, st.tokens, st.cost_usd, self._active()
         )
         if reason is not None:
+            if self.cfg.wrap_up_prompt is not None:
+                return await wrapping.begin(self, reason)
             return await self._end(reason)
         # B. Context size: no step, no intent.
         prompt_chars = self.context.prompt_chars
@@ -346,22 +348,15 @@ class RunDriver:
         """Finish the step a crash interrupted, from where its records say it got."""
         t0 = self.cfg.clock.monotonic()
         prompt_chars = self.context.prompt_chars
+        if it.wrap_up is not None:  # a wrap-up call: finish it as it began
+            return await wrapping.resume(self, it, t0)
         if it.failure is not None:  # model_failure without its step: no model call
             step = model_failure_step(it.step_idx, prompt_chars, 0.0, it.replaced)
             return await self._end(
                 stopping.MODEL_FAILED, it.failure.error.detail(it.failure.attempt), step=step
             )
         if it.result is None:  # model intent without result: same intent id, next attempt
-            return await self._model_phase(
-                it.step_idx,
-                t0,
-                prompt_chars,
-                it.intent_id,
-                it.last_attempt + 1,
-                it.failures,
-                it.replaced,
-                it.tier,
-            )
+            return await self._call_again(it, t0, prompt_chars)
         reply, call_id = it.result.reply, it.result.llm_call_id
         if it.action_intent is None:  # model result without step: re-interpret, no model call
             return await self._decide(
@@ -381,6 +376,27 @@ class RunDriver:
         if it.action_result is not None:  # result without step: build the step, never re-run
             return await self._settle(sc, it.action_result, durable=True)
         return await self._replay_action(sc)
+
+    async def _call_again(
+        self,
+        it: Interrupted,
+        t0: float,
+        prompt_chars: int,
+        wrap_up: StopReason | None = None,
+    ) -> RunResult | None:
+        """C again for a step whose model intent has no result: the same intent id, the next
+        attempt, the failures and fallbacks so far."""
+        return await self._model_phase(
+            it.step_idx,
+            t0,
+            prompt_chars,
+            it.intent_id,
+            it.last_attempt + 1,
+            it.failures,
+            it.replaced,
+            it.tier,
+            wrap_up,
+        )
 
     async def _replay_action(self, sc: _StepCtx) -> RunResult | None:
         """An action intent without a result: obey its replay policy."""
@@ -432,26 +448,36 @@ class RunDriver:
         failures: int,
         replaced: int = 0,
         tier: int = 0,
+        wrap_up: StopReason | None = None,
     ) -> RunResult | None:
         """C, from ``attempt`` on. ``failures``: failed attempts of this step so far, since it
         last fell back; ``replaced``: code points replaced in their errors (part of the step's
         count); ``tier``: which of the models the attempt asks (a FallbackModel's; a resumed
-        run given fewer models asks its last)."""
+        run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
+        the wrap-up call (tools withheld, its message added; :mod:`.wrap_up`)."""
         cfg = self.cfg
         clock = cfg.clock
         last = len(self._models) - 1
         while True:
             tier = min(tier, last)
             name = self._model_names[tier]
-            await self._write((ModelIntent(step_idx, intent_id, attempt, name),))
+            await self._write((ModelIntent(step_idx, intent_id, attempt, name, wrap_up),))
             on_delta = None
             self._partial = False
             if self._observers:
                 self._emit(ModelCallStarted(self.run_id, step_idx, intent_id, attempt))
                 on_delta = functools.partial(self._delta, step_idx, intent_id, attempt)
-            request = ModelRequest(
-                self.run_id, step_idx, attempt, self.context.messages(), self.tool_specs, on_delta
-            )
+            if wrap_up is None:
+                request = ModelRequest(
+                    self.run_id,
+                    step_idx,
+                    attempt,
+                    self.context.messages(),
+                    self.tool_specs,
+                    on_delta,
+                )
+            else:
+                request = wrapping.request(self, step_idx, attempt, wrap_up, on_delta)
             t = clock.monotonic()
             try:
                 reply = await self._models[tier].complete(request)
@@ -499,6 +525,8 @@ class RunDriver:
                 await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency, bad),))
                 wall = (clock.monotonic() - t0) * 1000
                 step = model_failure_step(step_idx, prompt_chars, wall, replaced)
+                if wrap_up is not None:
+                    return await wrapping.failed(self, wrap_up, step, info.detail(attempt))
                 return await self._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
             latency = (clock.monotonic() - t) * 1000
             reply, bad = clean_reply(reply)  # before anything records or reads it
@@ -514,6 +542,11 @@ class RunDriver:
             # The result is written with the first record that acts on it (see _decide).
             result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad, cost)
             st.count_result(result)
+            if wrap_up is not None:
+                return await wrapping.decide(
+                    self, wrap_up, step_idx, t0, prompt_chars, reply, call_id, (result,),
+                    replaced + bad, name,
+                )  # fmt: skip
             return await self._decide(
                 step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
             )

@@ -87,6 +87,9 @@ class ModelIntent:
     """The ``name`` of the model this attempt is sent to (a :class:`~polyloop.FallbackModel`
     names the one of its models it asks); None for a model without a name. Left out of the
     JSON form when None."""
+    wrap_up: StopReason | None = None
+    """Set on the intent of a wrap-up call (``Loop(wrap_up=True)``): the budget that ends the
+    run, so a resume finishes the wrap-up as it began. Left out of the JSON form when None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,7 +478,7 @@ def _pending_from(d: Mapping[str, Any] | None) -> PendingAction | None:
 def record_to_dict(record: Record) -> dict[str, Any]:
     """The JSON-ready form of a record, with its ``kind``."""
     match record:
-        case ModelIntent(step_idx, intent_id, attempt, model):
+        case ModelIntent(step_idx, intent_id, attempt, model, wrap_up):
             body: dict[str, Any] = {
                 "step_idx": step_idx,
                 "intent_id": intent_id,
@@ -483,6 +486,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             }
             if model is not None:
                 body["model"] = model
+            if wrap_up is not None:
+                body["wrap_up"] = wrap_up.value
         case ModelResult():
             body = {
                 "step_idx": record.step_idx,
@@ -580,7 +585,14 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
     kind = d.get("kind")
     try:
         if kind == "model_intent":
-            return ModelIntent(d["step_idx"], d["intent_id"], d["attempt"], d.get("model"))
+            wrap = d.get("wrap_up")
+            return ModelIntent(
+                d["step_idx"],
+                d["intent_id"],
+                d["attempt"],
+                d.get("model"),
+                None if wrap is None else StopReason(wrap),
+            )
         if kind == "model_result":
             return ModelResult(
                 d["step_idx"],

@@ -60,9 +60,11 @@ def _json_value(v: Any) -> str:
 
 def _model_intent_json(r: ModelIntent) -> str:
     model = "" if r.model is None else f'"model":{_json_value(r.model)},'
+    w = r.wrap_up
+    wrap = "" if w is None else f',"wrap_up":{_json_value(w.value)}'
     return (
         f'{{"attempt":{_json_value(r.attempt)},"intent_id":{_json_value(r.intent_id)},'
-        f'"kind":"model_intent",{model}"step_idx":{_json_value(r.step_idx)}}}'
+        f'"kind":"model_intent",{model}"step_idx":{_json_value(r.step_idx)}{wrap}}}'
     )
 
 
@@ -172,7 +174,7 @@ def _step_json(s: StepRecord) -> str:
         f'"schema_version":{_json_value(s.schema_version)},'
         f'"step_idx":{_json_value(s.step_idx)},"step_wall_ms":{_json_value(s.step_wall_ms)},'
         f'"tool_args_json":{_json_value(s.tool_args_json)},'
-        f'"tool_name":{_json_value(s.tool_name)}}}'
+        f'"tool_name":{_json_value(s.tool_name)},"wrap_up":{_json_value(s.wrap_up)}}}'
     )
 
 

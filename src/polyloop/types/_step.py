@@ -84,6 +84,11 @@ class StepRecord:
     model-failure step and for a model without a name. The provider's own name for the model
     that answered is in the journal's ``model_calls.response_model``. Added to schema 1.0 with
     this default, a compatible change (a record written without it reads as None)."""
+    wrap_up: bool = False
+    """The step of the one extra model call ``Loop(wrap_up=True)`` makes when a budget ends
+    the run: tools withheld, the model asked for its best final answer (``WHERE wrap_up``
+    finds them; the run's stop reason stays the budget's). Added to schema 1.0 with this
+    default, a compatible change (a record written without it reads as False)."""
 
     def __post_init__(self) -> None:
         # Straight-line checks (no loops over names, no getattr): every step passes here.
@@ -120,6 +125,8 @@ class StepRecord:
             raise _fail("observation_synthetic", "a bool", self.observation_synthetic)
         if type(self.completed) is not bool:
             raise _fail("completed", "a bool", self.completed)
+        if type(self.wrap_up) is not bool:
+            raise _fail("wrap_up", "a bool", self.wrap_up)
         call_id = self.llm_call_id
         if call_id is not None and (not isinstance(call_id, str) or not call_id):
             raise _fail("llm_call_id", 'None or a non-empty str (never "")', call_id)

@@ -43,6 +43,16 @@ class Templates:
         "happened."
     )
     """Placeholders: ``name``, ``seconds`` (the tool's ``timeout_s``)."""
+    wrap_up: str = (
+        "The {budget} is spent: no more tool calls. Give your best final answer now, as plain "
+        "text, with what you have found so far."
+    )
+    """The message of the wrap-up call (``Loop(wrap_up=True)``). Placeholders: ``budget``
+    (``step budget``, ``token budget``, ...)."""
+    wrap_up_no_action: str = (
+        "Not executed: the {budget} is spent and no more actions can run. This run is over."
+    )
+    """The observation of a wrap-up reply that called a tool anyway. Placeholders: ``budget``."""
     malformed_arguments: str = (
         "Your call to {name!r} had arguments that are not valid JSON ({error}). "
         "Call the tool again with the arguments as one JSON object."

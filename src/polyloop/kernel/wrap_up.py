@@ -1,0 +1,162 @@
+"""The graceful last answer (``Loop(wrap_up=True)``): when rule A stops a run for a budget, one
+more model call, with tools withheld and the wrap-up message, may give the run a final answer.
+
+The rules, each tested in tests/contract/test_wrap_up.py:
+
+* It happens once, when A finds any budget spent (``step_budget``, ``action_budget``,
+  ``token_budget``, ``cost_budget``, ``time_budget``) and the wrap-up message fits
+  ``max_prompt_chars`` (else the run just ends). It is the one case where ``steps_used`` may
+  exceed ``max_steps``, by one.
+* The stop reason stays the budget's (``WHERE stop_reason = 'step_budget'`` still counts every
+  budget stop); the step has ``wrap_up = true``. A final answer sets ``final_answer``; a reply
+  that calls a tool anyway is recorded ``not_executed`` (nothing runs) and an invalid one as
+  invalid; a failed call is a model-failure step, the run's ``stop_detail`` saying why.
+  Run-end guards are not consulted: the run is over whatever they say.
+* It is written like every step: its model intent (which names the budget, ``wrap_up``) before
+  the call, the step with the end record. A resume finishes a wrap-up that a crash interrupted
+  as it began, with the budget its intent names, even if the limits were raised meanwhile.
+* The message is ``Templates.wrap_up`` as the last user message of the request, after the
+  conversation; it is not added to the conversation itself (``RunResult.messages`` ends with
+  the reply).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..types import (
+    Action,
+    ActionStatus,
+    FinalAnswer,
+    InvalidDecision,
+    ModelReply,
+    ModelRequest,
+    Outcome,
+    Record,
+    RunResult,
+    StepRecord,
+    StopReason,
+)
+from . import stopping
+from .ids import new_id
+from .replay import Interrupted
+from .steps import action_step, final_answer_step, invalid_step, model_failure_step
+from .text import clean_action, clean_decision
+
+if TYPE_CHECKING:
+    from .run import RunDriver
+
+__all__ = ["begin", "decide", "failed", "request", "resume"]
+
+
+def _budget(reason: StopReason) -> str:
+    return str(reason).replace("_", " ")
+
+
+def message(d: RunDriver, reason: StopReason) -> str:
+    prompt = d.cfg.wrap_up_prompt
+    assert prompt is not None
+    return prompt.format(budget=_budget(reason))
+
+
+async def begin(d: RunDriver, reason: StopReason) -> RunResult:
+    """A found ``reason``: make the wrap-up call, or end at once if its prompt is too big."""
+    st = d.state
+    prompt_chars = d.context.prompt_chars + len(message(d, reason))
+    if stopping.context_overflows(st.limits, prompt_chars) is not None:
+        return await d._end(reason)
+    t0 = d.cfg.clock.monotonic()
+    result = await d._model_phase(len(st.steps), t0, prompt_chars, new_id(), 1, 0, wrap_up=reason)
+    assert result is not None  # a wrap-up always ends the run
+    return result
+
+
+def request(
+    d: RunDriver,
+    step_idx: int,
+    attempt: int,
+    reason: StopReason,
+    on_delta: Callable[[str, str], None] | None,
+) -> ModelRequest:
+    """The conversation plus the wrap-up message, no tools."""
+    last = {"role": "user", "content": message(d, reason)}
+    messages = (*d.context.messages(), last)
+    return ModelRequest(d.run_id, step_idx, attempt, messages, (), on_delta)
+
+
+async def failed(d: RunDriver, reason: StopReason, step: StepRecord, detail: str) -> RunResult:
+    step = dataclasses.replace(step, wrap_up=True)
+    return await d._end(reason, f"the wrap-up call failed: {detail}", step=step)
+
+
+async def decide(
+    d: RunDriver,
+    reason: StopReason,
+    step_idx: int,
+    t0: float,
+    prompt_chars: int,
+    reply: ModelReply,
+    call_id: str,
+    first: tuple[Record, ...],
+    replaced: int,
+    model: str | None,
+) -> RunResult:
+    """Interpret the wrap-up reply (with no tools) and end the run with its step;
+    ``model``: the name of the model that answered."""
+    decision = d.cfg.interpreter.interpret(reply, ())
+    wall = (d.cfg.clock.monotonic() - t0) * 1000
+    if isinstance(decision, Action):
+        action, args_json, bad = clean_action(decision)
+        text = d.cfg.wrap_up_no_action.format(budget=_budget(reason))
+        outcome = Outcome(ActionStatus.not_executed, text, synthetic=True)
+        step = action_step(
+            step_idx, reply, call_id, action, args_json, outcome, 0, prompt_chars, wall,
+            replaced + bad, model,
+        )  # fmt: skip
+        answer = None
+    elif isinstance(decision, FinalAnswer | InvalidDecision):
+        cleaned, bad = clean_decision(decision)
+        if isinstance(cleaned, FinalAnswer):
+            step = final_answer_step(
+                step_idx, reply, call_id, prompt_chars, wall, None, replaced + bad, model
+            )
+            answer = cleaned.text
+        else:
+            assert isinstance(cleaned, InvalidDecision)
+            step = invalid_step(
+                step_idx, reply, call_id, cleaned.feedback, prompt_chars, wall,
+                replaced + bad, model,
+            )  # fmt: skip
+            answer = None
+    else:
+        raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
+    step = dataclasses.replace(step, wrap_up=True)
+    return await d._end(reason, final_answer=answer, records=first, step=step, reply=reply)
+
+
+async def resume(d: RunDriver, it: Interrupted, t0: float) -> RunResult:
+    """Finish a wrap-up a crash interrupted, with the budget its intent names."""
+    reason = it.wrap_up
+    assert reason is not None
+    prompt_chars = d.context.prompt_chars + len(message(d, reason))
+    if it.failure is not None:
+        step = model_failure_step(it.step_idx, prompt_chars, 0.0, it.replaced)
+        return await failed(d, reason, step, it.failure.error.detail(it.failure.attempt))
+    if it.result is not None:
+        return await decide(
+            d,
+            reason,
+            it.step_idx,
+            t0,
+            prompt_chars,
+            it.result.reply,
+            it.result.llm_call_id,
+            (),
+            it.replaced,
+            it.model,
+        )
+    result = await d._call_again(it, t0, prompt_chars, reason)
+    assert result is not None
+    return result
