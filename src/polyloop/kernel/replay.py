@@ -107,6 +107,14 @@ class Replayed:
         """The run's totals, with ``active_s`` seconds of activity."""
         return RunTotals(self.tokens, self.cost_usd, active_s, self.usage_missing)
 
+    def turn_totals(self, active_s: float) -> RunTotals | None:
+        """The totals a step's ``Turn`` carries: None unless the run has a token, cost or time
+        budget (the budget hint reads them only then; a step builds nothing for them)."""
+        limits = self.limits
+        if limits.max_tokens is None and limits.max_cost is None and limits.max_seconds is None:
+            return None
+        return RunTotals(self.tokens, self.cost_usd, active_s, self.usage_missing)
+
     def note_failure(self, seen: FailureSeen) -> int:
         """Add a ledger entry; returns how often its fingerprint has now been seen."""
         self.ledger.append(seen)
@@ -200,7 +208,7 @@ def replay(
                             len(st.steps),
                             st.actions_executed,
                             st.limits,
-                            st.totals(st.active_s),
+                            st.turn_totals(st.active_s),
                         )
                     )
                 cur = None

@@ -677,7 +677,8 @@ class Turn:
         actions_executed: executed actions including this one.
         limits: the limits in force for this step (for an opt-in budget hint).
         totals: what the run had spent when the step was written (tokens, cost, active
-            seconds), for the hint of the token, cost and time budgets.
+            seconds), for the hint of the token, cost and time budgets; None when the run has
+            none of those budgets.
     """
 
     step: StepRecord
