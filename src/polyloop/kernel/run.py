@@ -14,17 +14,20 @@ again (the lost attempt is marked ``uncertain`` in the accounts).
 In-memory state is updated *before* each write: a write that fails ends this execution with an
 exception (the state is thrown away, the journal is what resume reads), and a write that is
 cancelled still lands (the Journal seam's promise), so memory and journal never disagree.
+
+The rules live in one module each, named for them: this one drives the loop (A, B, D, E and
+the writes); :mod:`.stopping` decides every stop reason; :mod:`.model_call` is C (retries,
+fallback, streaming, cost); :mod:`.acting` is F and G (the action, replay policies on resume);
+:mod:`.wrap_up` the graceful last answer; :mod:`.liveness` cancellation, leases and
+heartbeats; :mod:`.replay` rebuilds a run from its records; :mod:`.steps` builds the step
+records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import inspect
 import logging
-import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,41 +44,21 @@ from ..seams import (
 )
 from ..types import (
     Action,
-    ActionFinished,
     ActionIntent,
     ActionResult,
-    ActionStarted,
-    ActionStatus,
     Complete,
-    ConfigError,
-    EnvironmentFailure,
-    ErrorInfo,
     EscalationReport,
     Event,
-    Failure,
-    FailureSeen,
     FinalAnswer,
     GuardContext,
     GuardVerdict,
     InvalidDecision,
     Lease,
-    LeaseLost,
-    MalformedValue,
-    ModelAttemptFailed,
-    ModelCallError,
-    ModelCallFinished,
-    ModelCallStarted,
-    ModelDelta,
-    ModelFailure,
-    ModelIntent,
     ModelReply,
-    ModelRequest,
     ModelResult,
     Observer,
     Outcome,
-    OutcomeUnknown,
     PendingAction,
-    Pricing,
     Record,
     ReplayPolicy,
     RetryPolicy,
@@ -91,47 +74,25 @@ from ..types import (
     StepRecord,
     StepWritten,
     StopReason,
-    ToolContext,
     ToolSpec,
     Turn,
-    Usage,
     clean_text,
 )
-from . import stopping
+from . import acting, liveness, stopping
+from . import model_call as calling
 from . import wrap_up as wrapping
 from .ids import new_id
 from .replay import Interrupted, Replayed
-from .report import build_report
 from .steps import (
-    action_step,
     final_answer_step,
     invalid_step,
     model_failure_step,
-    observation_cut,
 )
-from .text import clean_action, clean_decision, clean_error, clean_outcome, clean_reply
+from .text import clean_action, clean_decision
 
 __all__ = ["KernelConfig", "RunDriver", "new_id"]
 
 log = logging.getLogger("polyloop")
-
-
-def _late_end_write(run_id: str, write: asyncio.Future[None]) -> None:
-    """How a ``cancelled`` end record that outlived its wait ended."""
-    if write.cancelled():
-        log.warning(
-            "run %s: the wait for the late cancelled end record was cancelled; it may have "
-            "landed (resume tells)",
-            run_id,
-        )
-    elif (exc := write.exception()) is not None:
-        log.warning(
-            "run %s: the late cancelled end record failed (%r); the run stays resumable",
-            run_id,
-            exc,
-        )
-    else:
-        log.info("run %s: the late cancelled end record landed", run_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +119,7 @@ class KernelConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class _StepCtx:
+class StepCtx:
     """The step in progress once its action intent is durable."""
 
     step_idx: int
@@ -170,76 +131,6 @@ class _StepCtx:
     replaced: int  # code points replaced in this step before the action's outcome
     resumed: bool = False  # the intent was found without a result: it may have run already
     model: str | None = None  # the name of the model that answered
-
-
-def _error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
-    """A model call's exception as journaled, its texts cleaned; the count replaced."""
-    if isinstance(exc, ModelCallError):
-        info = ErrorInfo(
-            type(exc).__name__, str(exc.message), str(exc.kind), exc.retryable, exc.retry_after
-        )
-    else:
-        info = ErrorInfo(type(exc).__name__, str(exc))
-    return clean_error(info)
-
-
-def _pending(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
-    """The action of ``intent``, whose outcome is not known, under ``policy``."""
-    a = intent.action
-    return PendingAction(
-        intent.step_idx, intent.op_id, a.tool_name, intent.args_json, a.text, policy
-    )
-
-
-def _wake(waiter: asyncio.Future[None], _: object) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-def _unknown_then(name: str) -> str:
-    return f"Tool {name!r} was not registered when this action was decided, so it was not executed."
-
-
-def _self_cancelled() -> Outcome:
-    message = "the environment's call was cancelled from within (the run was not cancelled)"
-    failure = Failure(error_type="CancelledError", message=message)
-    text = f"CancelledError: {message}"
-    return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
-
-
-def _env_failed(exc: EnvironmentFailure | MalformedValue, method: str = "execute") -> Outcome:
-    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``) or
-    broke its contract in ``method`` (``MalformedValue``: raised while it built its Outcome, or
-    made by :func:`_not_an_outcome`): the error is the synthetic observation and the stop
-    detail, so the step is written and the run ends ``env_error`` instead of crashing."""
-    name = type(exc).__name__
-    message = str(exc)
-    if isinstance(exc, MalformedValue):
-        message = f"the environment's {method}() broke its contract: {message}"
-    failure = Failure(error_type=name, message=message)
-    return Outcome(ActionStatus.env_error, f"{name}: {message}", synthetic=True, failure=failure)
-
-
-def _not_an_outcome(value: object, *, none_ok: bool = False) -> MalformedValue:
-    expected = "an Outcome or None" if none_ok else "an Outcome"
-    return MalformedValue(f"it returned {type(value).__name__}, not {expected}")
-
-
-def _not_awaitable(value: object, method: str) -> MalformedValue:
-    """The error of an environment whose ``method`` is not async (the seam's methods are
-    coroutines): it ran synchronously, so what it returned is kept in the message."""
-    seen = f"{value.status}: {value.observation}" if isinstance(value, Outcome) else repr(value)
-    return MalformedValue(
-        f"{method}() must be async, but it returned {type(value).__name__} directly (it ran, "
-        f"and the action may have happened); what it returned: {seen}"
-    )
-
-
-def _env_detail(outcome: Outcome) -> str:
-    f = outcome.failure
-    if f is not None and f.error_type:
-        return f"{f.error_type}: {f.message or ''}"
-    return outcome.observation
 
 
 def tool_names(specs: Sequence[ToolSpec]) -> frozenset[str]:
@@ -281,7 +172,7 @@ class RunDriver:
         self._ended = False
         # The action in flight, in its own task: from its start until its result is durable.
         self._action_task: asyncio.Future[Outcome] | None = None
-        self._intent_written: _StepCtx | None = None
+        self._intent_written: StepCtx | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Future[None] | None = None
         # The models a step may ask, in order: a FallbackModel's, or the one model.
@@ -293,7 +184,7 @@ class RunDriver:
             self._models = (model,)
             self._fallback_on = frozenset()
         self._model_names = tuple(model_name(m) for m in self._models)
-        self._pricing = tuple(_pricing_of(m) for m in self._models)
+        self._pricing = tuple(calling.pricing_of(m) for m in self._models)
         # Active time: what earlier executions journaled, plus this one's since it began.
         self._active_base = state.active_s
         self._active_t0 = cfg.clock.monotonic()
@@ -304,7 +195,7 @@ class RunDriver:
         """Run to the end. Raises ``RunDetached`` after a detach, re-raises cancellation after
         writing the ``cancelled`` end record, and lets any other exception propagate with no
         end record (the run stays resumable). The lease is released on every way out."""
-        self._arm_heartbeat()
+        liveness.arm_heartbeat(self)
         try:
             st = self.state
             self._emit(RunStarted(self.run_id, self.spec.goal, self.resumed, len(st.steps)))
@@ -315,10 +206,10 @@ class RunDriver:
                 result = await self._iteration()
             return result
         except asyncio.CancelledError:
-            await self._on_cancel()
+            await liveness.on_cancel(self)
             raise
         finally:
-            self._stop_heartbeat()
+            liveness.stop_heartbeat(self)
             if not self._ended:
                 try:
                     await self.cfg.journal.release(self.lease)
@@ -342,7 +233,7 @@ class RunDriver:
             return await self._end(reason)
         # C. Model call (retry inside).
         t0 = self.cfg.clock.monotonic()
-        return await self._model_phase(len(st.steps), t0, prompt_chars, new_id(), 1, 0)
+        return await calling.model_phase(self, len(st.steps), t0, prompt_chars, new_id(), 1, 0)
 
     async def _continue(self, it: Interrupted) -> RunResult | None:
         """Finish the step a crash interrupted, from where its records say it got."""
@@ -362,7 +253,7 @@ class RunDriver:
             return await self._decide(
                 it.step_idx, t0, prompt_chars, reply, call_id, replaced=it.replaced, model=it.model
             )
-        sc = _StepCtx(
+        sc = StepCtx(
             it.step_idx,
             t0,
             prompt_chars,
@@ -374,8 +265,8 @@ class RunDriver:
             it.model,
         )
         if it.action_result is not None:  # result without step: build the step, never re-run
-            return await self._settle(sc, it.action_result, durable=True)
-        return await self._replay_action(sc)
+            return await acting.settle(self, sc, it.action_result, durable=True)
+        return await acting.replay_action(self, sc)
 
     async def _call_again(
         self,
@@ -386,7 +277,8 @@ class RunDriver:
     ) -> RunResult | None:
         """C again for a step whose model intent has no result: the same intent id, the next
         attempt, the failures and fallbacks so far."""
-        return await self._model_phase(
+        return await calling.model_phase(
+            self,
             it.step_idx,
             t0,
             prompt_chars,
@@ -398,160 +290,7 @@ class RunDriver:
             wrap_up,
         )
 
-    async def _replay_action(self, sc: _StepCtx) -> RunResult | None:
-        """An action intent without a result: obey its replay policy."""
-        intent = sc.intent
-        policy = intent.replay_policy
-        name = intent.action.tool_name
-        if (
-            name is not None
-            and not intent.known_tool
-            and policy is ReplayPolicy.idempotent
-            and self.cfg.environment.replay_policy(intent.action) is not ReplayPolicy.idempotent
-        ):
-            # The environment did not know the tool when the action was decided (it gave an
-            # unknown tool's policy, 'idempotent': doing it again only says not_executed), and
-            # knows it now with another policy: it was never executed, and running it now would
-            # be a step the run never had.
-            refused = Outcome(ActionStatus.not_executed, _unknown_then(name), synthetic=True)
-            return await self._settle(sc, self._result(sc, refused, 0.0))
-        if intent.known_tool and name is not None and name not in self.tool_names:
-            policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
-        if policy is ReplayPolicy.never:
-            return await self._end_unknown(intent, policy)
-        self._intent_written = sc  # from here a cancellation reports its outcome unknown
-        if policy is ReplayPolicy.reconcile:
-            ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
-            try:
-                checked = self.cfg.environment.reconcile(intent.action, ctx)
-                if not inspect.isawaitable(checked):
-                    raise _not_awaitable(checked, "reconcile")
-                outcome = await checked
-            except OutcomeUnknown:
-                return await self._end_unknown(intent, policy)
-            except MalformedValue as exc:
-                outcome = _env_failed(exc, "reconcile")
-            if outcome is not None and not isinstance(outcome, Outcome):
-                outcome = _env_failed(_not_an_outcome(outcome, none_ok=True), "reconcile")
-            if outcome is not None:
-                return await self._settle(sc, self._result(sc, outcome, 0.0))
-        return await self._act(sc)
-
-    # -- C: the model call --------------------------------------------------------------------
-    async def _model_phase(
-        self,
-        step_idx: int,
-        t0: float,
-        prompt_chars: int,
-        intent_id: str,
-        attempt: int,
-        failures: int,
-        replaced: int = 0,
-        tier: int = 0,
-        wrap_up: StopReason | None = None,
-    ) -> RunResult | None:
-        """C, from ``attempt`` on. ``failures``: failed attempts of this step so far, since it
-        last fell back; ``replaced``: code points replaced in their errors (part of the step's
-        count); ``tier``: which of the models the attempt asks (a FallbackModel's; a resumed
-        run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
-        the wrap-up call (tools withheld, its message added; :mod:`.wrap_up`)."""
-        cfg = self.cfg
-        clock = cfg.clock
-        last = len(self._models) - 1
-        while True:
-            tier = min(tier, last)
-            name = self._model_names[tier]
-            await self._write((ModelIntent(step_idx, intent_id, attempt, name, wrap_up),))
-            on_delta = None
-            self._partial = False
-            if self._observers:
-                self._emit(ModelCallStarted(self.run_id, step_idx, intent_id, attempt))
-                on_delta = functools.partial(self._delta, step_idx, intent_id, attempt)
-            if wrap_up is None:
-                request = ModelRequest(
-                    self.run_id,
-                    step_idx,
-                    attempt,
-                    self.context.messages(),
-                    self.tool_specs,
-                    on_delta,
-                )
-            else:
-                request = wrapping.request(self, step_idx, attempt, wrap_up, on_delta)
-            t = clock.monotonic()
-            try:
-                reply = await self._models[tier].complete(request)
-                if not isinstance(reply, ModelReply):
-                    raise TypeError(f"the model returned {type(reply).__name__}, not ModelReply")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                latency = (clock.monotonic() - t) * 1000
-                info, bad = _error_info(exc)
-                replaced += bad
-                failures += 1
-                if self._observers:
-                    self._emit(
-                        ModelCallFinished(
-                            self.run_id,
-                            step_idx,
-                            intent_id,
-                            attempt,
-                            None,
-                            latency,
-                            f"{info.type}: {info.message}",
-                        )
-                    )
-                if info.retryable and cfg.retry.allows_retry(failures, info.retry_after):
-                    await self._write(
-                        (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency, bad),)
-                    )
-                    await clock.sleep(
-                        cfg.retry.backoff_s(failures, info.retry_after, random.random())
-                    )
-                    attempt += 1
-                    continue
-                # The next model's turn, unless this one's partial output was already shown:
-                # then recovery stays with it (a fallback would change an answer in view).
-                if tier < last and info.kind in self._fallback_on and not self._partial:
-                    fell = ModelAttemptFailed(
-                        step_idx, intent_id, attempt, info, latency, bad, fallback=True
-                    )
-                    await self._write((fell,))
-                    tier += 1
-                    failures = 0
-                    attempt += 1
-                    continue
-                await self._write((ModelFailure(step_idx, intent_id, attempt, info, latency, bad),))
-                wall = (clock.monotonic() - t0) * 1000
-                step = model_failure_step(step_idx, prompt_chars, wall, replaced)
-                if wrap_up is not None:
-                    return await wrapping.failed(self, wrap_up, step, info.detail(attempt))
-                return await self._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
-            latency = (clock.monotonic() - t) * 1000
-            reply, bad = clean_reply(reply)  # before anything records or reads it
-            call_id = reply.call_id or intent_id
-            st = self.state
-            cost = _cost(reply.usage, self._pricing[tier])
-            if self._observers:
-                self._emit(
-                    ModelCallFinished(
-                        self.run_id, step_idx, intent_id, attempt, call_id, latency, None
-                    )
-                )
-            # The result is written with the first record that acts on it (see _decide).
-            result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad, cost)
-            st.count_result(result)
-            if wrap_up is not None:
-                return await wrapping.decide(
-                    self, wrap_up, step_idx, t0, prompt_chars, reply, call_id, (result,),
-                    replaced + bad, name,
-                )  # fmt: skip
-            return await self._decide(
-                step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
-            )
-
-    # -- D, E, F: interpret and act -----------------------------------------------------------
+    # -- D, E, F: interpret (the action itself: .acting) --------------------------------------
     async def _decide(
         self,
         step_idx: int,
@@ -631,12 +370,12 @@ class RunDriver:
         action = decision
         known = action.tool_name is None or action.tool_name in self.tool_names
         intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known, bad)
-        sc = _StepCtx(
+        sc = StepCtx(
             step_idx, t0, prompt_chars, reply, call_id, intent, replaced + bad, False, model
         )
         self._intent_written = sc
         await self._write((*first, intent))
-        return await self._act(sc)
+        return await acting.act(self, sc)
 
     async def _check_guards(
         self, step_idx: int, answer: str
@@ -666,116 +405,6 @@ class RunDriver:
                 )
             records.append(GuardVerdict(step_idx, guard.name, False))
         return tuple(records), None, 0
-
-    async def _act(self, sc: _StepCtx) -> RunResult | None:
-        await self._keep_lease_margin()
-        intent = sc.intent
-        ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
-        if self._observers:
-            self._emit(
-                ActionStarted(
-                    self.run_id,
-                    intent.step_idx,
-                    intent.op_id,
-                    intent.action.tool_name,
-                    intent.action.text,
-                )
-            )
-        t = self.cfg.clock.monotonic()
-        # Its own task, from its first line (what a tool's asyncio.timeout or TaskGroup takes
-        # as the current task must be the action's, never the run's), shielded: on the run's
-        # cancellation the action may finish within the grace period.
-        task = self._action_task = asyncio.ensure_future(self._execute(intent.action, ctx))
-        # Wait for it without passing the run's cancellation on to it (as asyncio.shield).
-        done = asyncio.get_running_loop().create_future()
-        task.add_done_callback(functools.partial(_wake, done))
-        await done
-        # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
-        # (it awaited something another party cancelled). An environment failure.
-        outcome = _self_cancelled() if task.cancelled() else task.result()
-        latency = (self.cfg.clock.monotonic() - t) * 1000
-        return await self._settle(sc, self._result(sc, outcome, latency))
-
-    async def _execute(self, action: Action, ctx: ToolContext) -> Outcome:
-        try:
-            pending = self.cfg.environment.execute(action, ctx)
-            if not inspect.isawaitable(pending):  # a synchronous execute: it already ran
-                raise _not_awaitable(pending, "execute")
-            outcome = await pending
-        except (EnvironmentFailure, MalformedValue) as exc:
-            return _env_failed(exc)
-        if not isinstance(outcome, Outcome):
-            return _env_failed(_not_an_outcome(outcome))
-        return outcome
-
-    # -- G: settle the action -----------------------------------------------------------------
-    def _result(self, sc: _StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
-        """The result record of the outcome the environment gave, its text cleaned first."""
-        outcome, bad = clean_outcome(outcome)
-        return ActionResult(sc.step_idx, sc.intent.op_id, outcome, latency_ms, bad)
-
-    def _action_step(self, sc: _StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
-        """The step of an action whose outcome arrived (counting it if executed), and
-        PolyLoop's cut of its observation."""
-        st = self.state
-        outcome = result.outcome
-        if outcome.status is ActionStatus.executed:
-            st.actions_executed += 1
-        cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
-        wall = (self.cfg.clock.monotonic() - sc.t0) * 1000
-        i = sc.intent
-        step = action_step(
-            sc.step_idx, sc.reply, sc.llm_call_id, i.action, i.args_json, outcome, cut,
-            sc.prompt_chars, wall, sc.replaced + result.replaced_chars, sc.model,
-        )  # fmt: skip
-        return step, cut
-
-    async def _settle(
-        self, sc: _StepCtx, result: ActionResult, *, durable: bool = False
-    ) -> RunResult | None:
-        """G for the action of ``sc`` and its ``result`` (made by :meth:`_result`, or read
-        from the journal: ``durable``, then it is not written again)."""
-        st = self.state
-        intent = sc.intent
-        outcome, latency_ms = result.outcome, result.latency_ms
-        step, cut = self._action_step(sc, result)
-        records: tuple[Record, ...] = () if durable else (result,)
-        if self._observers:
-            self._emit(
-                ActionFinished(
-                    self.run_id,
-                    sc.step_idx,
-                    intent.op_id,
-                    intent.action.tool_name,
-                    outcome.status,
-                    latency_ms,
-                )
-            )
-        reason = stopping.after_action(outcome)
-        report = None
-        if reason is None and outcome.failure is not None and st.limits.same_failure_limit:
-            seen = FailureSeen(
-                sc.step_idx, outcome.failure.fingerprint(), outcome.failure, intent.action.text
-            )
-            records = (*records, seen)
-            reason = stopping.failure_repeated(st.limits, st.note_failure(seen))
-            if reason is not None:
-                report = build_report(
-                    self.run_id, (*st.steps, step), st.ledger, st.limits.same_failure_limit
-                )
-        if reason is not None:
-            detail = _env_detail(outcome) if reason is StopReason.env_error else None
-            return await self._end(
-                reason,
-                detail,
-                records=records,
-                step=step,
-                reply=sc.reply,
-                cut=cut,
-                report=report,
-            )
-        await self._append_step(records, step, sc.reply, cut)
-        return None
 
     # -- writing ------------------------------------------------------------------------------
     async def _write(self, records: tuple[Record, ...]) -> None:
@@ -849,141 +478,14 @@ class RunDriver:
             self._emit(RunEnded(self.run_id, reason, detail, end.steps_used, end.actions_executed))
         return build_result(self.spec, st, self.context)
 
-    async def _end_unknown(self, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
-        pending = _pending(intent, policy)
-        return await self._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)
-
-    # -- cancellation -------------------------------------------------------------------------
-    async def _on_cancel(self) -> None:
-        """Write the ``cancelled`` end record (once), after giving an in-flight action up to
-        ``cancel_grace_s`` to finish. Waits at most ``end_write_timeout_s`` for that write;
-        past it, cancellation proceeds and the write may still land on its own (a journal
-        finishes a write it started); if it never does, the run stays resumable."""
-        if self._ended:
-            return
-        task = self._action_task
-        if task is not None and task.done() and not task.cancelled():
-            exc = task.exception()
-            if exc is not None and not isinstance(exc, Exception):
-                # The action raised KeyboardInterrupt or SystemExit: asyncio let it out of the
-                # event loop, whose shutdown cancels this run. Nobody cancelled the run itself:
-                # no end record, it stays resumable (as for any exception escaping a run).
-                log.warning("run %s: its action raised %r; no end record", self.run_id, exc)
-                return
-        st = self.state
-        records: tuple[Record, ...] = ()
-        detail: str | None = None
-        sc = self._intent_written
-        if sc is not None:
-            outcome = await self._grace()
-            intent = sc.intent
-            if outcome is not None:
-                result = self._result(sc, outcome, 0.0)
-                step, cut = self._action_step(sc, result)
-                records = (result, self._add_to_context(step, sc.reply, cut))
-            else:
-                started = self._action_task is not None or sc.resumed  # it may have run
-                pending = _pending(intent, intent.replay_policy)
-                detail = (
-                    f"in-flight action {pending.describe()}: outcome unknown"
-                    if started
-                    else f"action {pending.describe()}: cancelled before it started"
-                )
-        end = RunEnd(
-            StopReason.cancelled,
-            detail,
-            None,
-            len(st.steps),
-            st.actions_executed,
-            self.cfg.clock.time(),
-            totals=st.totals(self._active()),
-        )
-        write = asyncio.ensure_future(self.cfg.journal.append(self.lease, (*records, end)))
-        try:
-            done, _ = await asyncio.wait({write}, timeout=self.cfg.end_write_timeout_s)
-        except asyncio.CancelledError:
-            done = {write} if write.done() else set()
-        if not done or write.cancelled() or write.exception() is not None:
-            exc = None if not done or write.cancelled() else write.exception()
-            log.warning(
-                "run %s: the cancelled end record was not durable in time (%r); it may still "
-                "land (the journal finishes a started write), else the run stays resumable",
-                self.run_id,
-                exc,
-            )
-            if not done:  # say how the write ends, and retrieve its error
-                write.add_done_callback(functools.partial(_late_end_write, self.run_id))
-            return
-        self._ended = True
-        st.end = end
-        self._emit(
-            RunEnded(
-                self.run_id, StopReason.cancelled, detail, end.steps_used, end.actions_executed
-            )
-        )
-
-    async def _grace(self) -> Outcome | None:
-        task = self._action_task
-        if task is None:
-            return None
-        if not task.done():
-            with contextlib.suppress(asyncio.CancelledError):  # cancelled again: stop waiting
-                await asyncio.wait({task}, timeout=self.cfg.cancel_grace_s)
-        if not task.done():
-            task.cancel()
-            return None
-        if task.cancelled() or task.exception() is not None:
-            return None
-        return task.result()
-
-    # -- leases and observers -----------------------------------------------------------------
+    # -- observers and the run's clock -------------------------------------------------------
     # The heartbeat renews the lease every third of its duration: a timer that starts a
     # renewal task only when one is due (a task per run that sleeps costs more than the run's
     # first steps).
-    def _arm_heartbeat(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._beat = loop.call_later(self.cfg.lease_ttl_s / 3, self._heartbeat_due)
-
-    def _heartbeat_due(self) -> None:
-        self._beat = None
-        self._renewal = asyncio.ensure_future(self._heartbeat())
-
-    def _stop_heartbeat(self) -> None:
-        if self._beat is not None:
-            self._beat.cancel()
-            self._beat = None
-        if self._renewal is not None:
-            self._renewal.cancel()
-            self._renewal = None
-
-    async def _heartbeat(self) -> None:
-        ttl = self.cfg.lease_ttl_s
-        try:
-            self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
-        except LeaseLost:
-            if not self._ended:  # an end record releases the lease: nothing was lost
-                log.error("run %s lost its lease; its next write is refused", self.run_id)
-            return
-        except Exception:
-            log.warning("run %s: lease renewal failed", self.run_id, exc_info=True)
-        if self._renewal is asyncio.current_task():  # not stopped meanwhile
-            self._renewal = None
-            self._arm_heartbeat()
-
-    async def _keep_lease_margin(self) -> None:
-        """No action starts with less than a third of the lease left."""
-        ttl = self.cfg.lease_ttl_s
-        if self.lease.expires_at - time.time() < ttl / 3:
-            self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
 
     def _active(self) -> float:
         """Seconds the run has been active: earlier executions' plus this one's so far."""
         return self._active_base + (self.cfg.clock.monotonic() - self._active_t0)
-
-    def _delta(self, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
-        """A streaming adapter's ``on_delta``: one ModelDelta event."""
-        self._partial = True
-        self._emit(ModelDelta(self.run_id, step_idx, intent_id, attempt, kind, text))
 
     def _emit(self, event: Event) -> None:
         for observer in self._observers:
@@ -991,23 +493,6 @@ class RunDriver:
                 observer(event)
             except Exception:
                 log.exception("observer %r raised on %s; ignored", observer, type(event).__name__)
-
-
-def _pricing_of(model: object) -> Pricing | None:
-    """A model's ``pricing`` attribute (optional; a ``Pricing`` or None)."""
-    pricing = getattr(model, "pricing", None)
-    if pricing is not None and not isinstance(pricing, Pricing):
-        raise ConfigError(f"{model!r}.pricing must be a polyloop.Pricing or None, got {pricing!r}")
-    return pricing
-
-
-def _cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
-    """An attempt's cost: the provider's reported cost, else its tokens at ``pricing``."""
-    if usage is None:
-        return None
-    if usage.cost_usd is not None:
-        return usage.cost_usd
-    return None if pricing is None else pricing.cost(usage)
 
 
 def build_result(spec: RunSpec, st: Replayed, context: Context | None) -> RunResult:

@@ -39,6 +39,7 @@ from ..types import (
     StepRecord,
     StopReason,
 )
+from . import model_call as calling
 from . import stopping
 from .ids import new_id
 from .replay import Interrupted
@@ -68,7 +69,9 @@ async def begin(d: RunDriver, reason: StopReason) -> RunResult:
     if stopping.context_overflows(st.limits, prompt_chars) is not None:
         return await d._end(reason)
     t0 = d.cfg.clock.monotonic()
-    result = await d._model_phase(len(st.steps), t0, prompt_chars, new_id(), 1, 0, wrap_up=reason)
+    result = await calling.model_phase(
+        d, len(st.steps), t0, prompt_chars, new_id(), 1, 0, wrap_up=reason
+    )
     assert result is not None  # a wrap-up always ends the run
     return result
 

@@ -1,0 +1,281 @@
+"""F and G of the stop order (kernel.md §6): the action — its intent durable, the environment
+called (or, on resume, the replay policy obeyed), the outcome journaled with its step, then the
+completion check and the failure guard (:mod:`.stopping` decides)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from typing import TYPE_CHECKING
+
+from ..types import (
+    Action,
+    ActionFinished,
+    ActionIntent,
+    ActionResult,
+    ActionStarted,
+    ActionStatus,
+    EnvironmentFailure,
+    Failure,
+    FailureSeen,
+    MalformedValue,
+    Outcome,
+    OutcomeUnknown,
+    PendingAction,
+    Record,
+    ReplayPolicy,
+    RunResult,
+    StepRecord,
+    StopReason,
+    ToolContext,
+)
+from . import liveness, stopping
+from .report import build_report
+from .steps import (
+    action_step,
+    observation_cut,
+)
+from .text import clean_outcome
+
+if TYPE_CHECKING:
+    from .run import RunDriver, StepCtx
+
+__all__ = [
+    "act",
+    "end_unknown",
+    "env_detail",
+    "env_failed",
+    "execute",
+    "not_an_outcome",
+    "not_awaitable",
+    "pending_of",
+    "replay_action",
+    "result_record",
+    "self_cancelled",
+    "settle",
+    "step_record",
+    "unknown_then",
+    "wake",
+]
+
+log = logging.getLogger("polyloop")
+
+
+def pending_of(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
+    """The action of ``intent``, whose outcome is not known, under ``policy``."""
+    a = intent.action
+    return PendingAction(
+        intent.step_idx, intent.op_id, a.tool_name, intent.args_json, a.text, policy
+    )
+
+
+def wake(waiter: asyncio.Future[None], _: object) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def unknown_then(name: str) -> str:
+    return f"Tool {name!r} was not registered when this action was decided, so it was not executed."
+
+
+def self_cancelled() -> Outcome:
+    message = "the environment's call was cancelled from within (the run was not cancelled)"
+    failure = Failure(error_type="CancelledError", message=message)
+    text = f"CancelledError: {message}"
+    return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
+
+
+def env_failed(exc: EnvironmentFailure | MalformedValue, method: str = "execute") -> Outcome:
+    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``) or
+    broke its contract in ``method`` (``MalformedValue``: raised while it built its Outcome, or
+    made by :func:`not_an_outcome`): the error is the synthetic observation and the stop
+    detail, so the step is written and the run ends ``env_error`` instead of crashing."""
+    name = type(exc).__name__
+    message = str(exc)
+    if isinstance(exc, MalformedValue):
+        message = f"the environment's {method}() broke its contract: {message}"
+    failure = Failure(error_type=name, message=message)
+    return Outcome(ActionStatus.env_error, f"{name}: {message}", synthetic=True, failure=failure)
+
+
+def not_an_outcome(value: object, *, none_ok: bool = False) -> MalformedValue:
+    expected = "an Outcome or None" if none_ok else "an Outcome"
+    return MalformedValue(f"it returned {type(value).__name__}, not {expected}")
+
+
+def not_awaitable(value: object, method: str) -> MalformedValue:
+    """The error of an environment whose ``method`` is not async (the seam's methods are
+    coroutines): it ran synchronously, so what it returned is kept in the message."""
+    seen = f"{value.status}: {value.observation}" if isinstance(value, Outcome) else repr(value)
+    return MalformedValue(
+        f"{method}() must be async, but it returned {type(value).__name__} directly (it ran, "
+        f"and the action may have happened); what it returned: {seen}"
+    )
+
+
+def env_detail(outcome: Outcome) -> str:
+    f = outcome.failure
+    if f is not None and f.error_type:
+        return f"{f.error_type}: {f.message or ''}"
+    return outcome.observation
+
+
+async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
+    """An action intent without a result: obey its replay policy."""
+    intent = sc.intent
+    policy = intent.replay_policy
+    name = intent.action.tool_name
+    if (
+        name is not None
+        and not intent.known_tool
+        and policy is ReplayPolicy.idempotent
+        and d.cfg.environment.replay_policy(intent.action) is not ReplayPolicy.idempotent
+    ):
+        # The environment did not know the tool when the action was decided (it gave an
+        # unknown tool's policy, 'idempotent': doing it again only says not_executed), and
+        # knows it now with another policy: it was never executed, and running it now would
+        # be a step the run never had.
+        refused = Outcome(ActionStatus.not_executed, unknown_then(name), synthetic=True)
+        return await settle(d, sc, result_record(d, sc, refused, 0.0))
+    if intent.known_tool and name is not None and name not in d.tool_names:
+        policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
+    if policy is ReplayPolicy.never:
+        return await end_unknown(d, intent, policy)
+    d._intent_written = sc  # from here a cancellation reports its outcome unknown
+    if policy is ReplayPolicy.reconcile:
+        ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id)
+        try:
+            checked = d.cfg.environment.reconcile(intent.action, ctx)
+            if not inspect.isawaitable(checked):
+                raise not_awaitable(checked, "reconcile")
+            outcome = await checked
+        except OutcomeUnknown:
+            return await end_unknown(d, intent, policy)
+        except MalformedValue as exc:
+            outcome = env_failed(exc, "reconcile")
+        if outcome is not None and not isinstance(outcome, Outcome):
+            outcome = env_failed(not_an_outcome(outcome, none_ok=True), "reconcile")
+        if outcome is not None:
+            return await settle(d, sc, result_record(d, sc, outcome, 0.0))
+    return await act(d, sc)
+
+
+async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
+    await liveness.keep_lease_margin(d)
+    intent = sc.intent
+    ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id)
+    if d._observers:
+        d._emit(
+            ActionStarted(
+                d.run_id,
+                intent.step_idx,
+                intent.op_id,
+                intent.action.tool_name,
+                intent.action.text,
+            )
+        )
+    t = d.cfg.clock.monotonic()
+    # Its own task, from its first line (what a tool's asyncio.timeout or TaskGroup takes
+    # as the current task must be the action's, never the run's), shielded: on the run's
+    # cancellation the action may finish within the grace period.
+    task = d._action_task = asyncio.ensure_future(execute(d, intent.action, ctx))
+    # Wait for it without passing the run's cancellation on to it (as asyncio.shield).
+    done = asyncio.get_running_loop().create_future()
+    task.add_done_callback(functools.partial(wake, done))
+    await done
+    # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
+    # (it awaited something another party cancelled). An environment failure.
+    outcome = self_cancelled() if task.cancelled() else task.result()
+    latency = (d.cfg.clock.monotonic() - t) * 1000
+    return await settle(d, sc, result_record(d, sc, outcome, latency))
+
+
+async def execute(d: RunDriver, action: Action, ctx: ToolContext) -> Outcome:
+    try:
+        pending = d.cfg.environment.execute(action, ctx)
+        if not inspect.isawaitable(pending):  # a synchronous execute: it already ran
+            raise not_awaitable(pending, "execute")
+        outcome = await pending
+    except (EnvironmentFailure, MalformedValue) as exc:
+        return env_failed(exc)
+    if not isinstance(outcome, Outcome):
+        return env_failed(not_an_outcome(outcome))
+    return outcome
+
+
+def result_record(d: RunDriver, sc: StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
+    """The result record of the outcome the environment gave, its text cleaned first."""
+    outcome, bad = clean_outcome(outcome)
+    return ActionResult(sc.step_idx, sc.intent.op_id, outcome, latency_ms, bad)
+
+
+def step_record(d: RunDriver, sc: StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
+    """The step of an action whose outcome arrived (counting it if executed), and
+    PolyLoop's cut of its observation."""
+    st = d.state
+    outcome = result.outcome
+    if outcome.status is ActionStatus.executed:
+        st.actions_executed += 1
+    cut = observation_cut(outcome.observation, st.limits.max_observation_chars)
+    wall = (d.cfg.clock.monotonic() - sc.t0) * 1000
+    i = sc.intent
+    step = action_step(
+        sc.step_idx, sc.reply, sc.llm_call_id, i.action, i.args_json, outcome, cut,
+        sc.prompt_chars, wall, sc.replaced + result.replaced_chars, sc.model,
+    )  # fmt: skip
+    return step, cut
+
+
+async def settle(
+    d: RunDriver, sc: StepCtx, result: ActionResult, *, durable: bool = False
+) -> RunResult | None:
+    """G for the action of ``sc`` and its ``result`` (made by :meth:`_result`, or read
+    from the journal: ``durable``, then it is not written again)."""
+    st = d.state
+    intent = sc.intent
+    outcome, latency_ms = result.outcome, result.latency_ms
+    step, cut = step_record(d, sc, result)
+    records: tuple[Record, ...] = () if durable else (result,)
+    if d._observers:
+        d._emit(
+            ActionFinished(
+                d.run_id,
+                sc.step_idx,
+                intent.op_id,
+                intent.action.tool_name,
+                outcome.status,
+                latency_ms,
+            )
+        )
+    reason = stopping.after_action(outcome)
+    report = None
+    if reason is None and outcome.failure is not None and st.limits.same_failure_limit:
+        seen = FailureSeen(
+            sc.step_idx, outcome.failure.fingerprint(), outcome.failure, intent.action.text
+        )
+        records = (*records, seen)
+        reason = stopping.failure_repeated(st.limits, st.note_failure(seen))
+        if reason is not None:
+            report = build_report(
+                d.run_id, (*st.steps, step), st.ledger, st.limits.same_failure_limit
+            )
+    if reason is not None:
+        detail = env_detail(outcome) if reason is StopReason.env_error else None
+        return await d._end(
+            reason,
+            detail,
+            records=records,
+            step=step,
+            reply=sc.reply,
+            cut=cut,
+            report=report,
+        )
+    await d._append_step(records, step, sc.reply, cut)
+    return None
+
+
+async def end_unknown(d: RunDriver, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
+    pending = pending_of(intent, policy)
+    return await d._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)
