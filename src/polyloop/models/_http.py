@@ -11,11 +11,12 @@ from datetime import UTC
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..types import ConfigError
+from ..types import ConfigError, Pricing
 
 __all__ = [
     "NO_KEY_PLACEHOLDER",
     "api_key_or_placeholder",
+    "checked_pricing",
     "is_local",
     "redact_url",
     "retry_after",
@@ -99,3 +100,14 @@ def retry_after(response: Any) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - time.time())
+
+
+def checked_pricing(pricing: object, adapter: str) -> Pricing | None:
+    """An adapter's ``pricing=`` (a :class:`polyloop.Pricing` or None), else a one-line
+    ``ConfigError``. The kernel prices each attempt's usage with it for ``Limits.max_cost``."""
+    if pricing is not None and not isinstance(pricing, Pricing):
+        raise ConfigError(
+            f"{adapter} pricing must be a polyloop.Pricing(input_per_mtok, output_per_mtok, "
+            f"cached_input_per_mtok) or None, got {pricing!r}"
+        )
+    return pricing

@@ -60,11 +60,18 @@ from ..types import (
     ModelCallError,
     ModelReply,
     ModelRequest,
+    Pricing,
     ToolCall,
     Usage,
     import_extra,
 )
-from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder, redact_url, retry_after
+from ._http import (
+    NO_KEY_PLACEHOLDER,
+    api_key_or_placeholder,
+    checked_pricing,
+    redact_url,
+    retry_after,
+)
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -236,6 +243,8 @@ class AnthropicModel:
             as ``temperature`` or ``top_k`` go here: the SDK's ``create`` no longer takes them
             as arguments).
 
+        pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
+            kernel prices each attempt's reported usage with it. None: cost counts 0.
     Raises:
         ImportError: the ``anthropic`` package is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/
@@ -259,8 +268,10 @@ class AnthropicModel:
         thinking_budget: int | None = None,
         tool_choice: str | Mapping[str, Any] = "auto",
         extra_body: Mapping[str, Any] | None = None,
+        pricing: Pricing | None = None,
     ) -> None:
         name = "AnthropicModel"
+        self.pricing = checked_pricing(pricing, name)
         if not isinstance(model, str) or not model.strip():
             raise ConfigError(f"{name} needs a model name, e.g. 'claude-sonnet-4-5'; got {model!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:

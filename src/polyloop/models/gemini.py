@@ -51,11 +51,12 @@ from ..types import (
     ModelCallError,
     ModelReply,
     ModelRequest,
+    Pricing,
     ToolCall,
     Usage,
     import_extra,
 )
-from ._http import redact_url, retry_after, seconds
+from ._http import checked_pricing, redact_url, retry_after, seconds
 
 __all__ = ["GeminiModel"]
 
@@ -171,6 +172,8 @@ class GeminiModel:
         function_calling_mode: ``"AUTO"``, ``"ANY"`` or ``"NONE"``, sent with the tools; None
             leaves ``toolConfig`` out.
 
+        pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
+            kernel prices each attempt's reported usage with it. None: cost counts 0.
     Raises:
         ImportError: ``google-genai`` is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``,
@@ -191,7 +194,9 @@ class GeminiModel:
         timeout_s: float = 120.0,
         include_thoughts: bool = True,
         function_calling_mode: str | None = "AUTO",
+        pricing: Pricing | None = None,
     ) -> None:
+        self.pricing = checked_pricing(pricing, "GeminiModel")
         if not isinstance(model, str) or not model.strip():
             raise ConfigError(
                 f"GeminiModel needs a model name, e.g. 'gemini-2.5-flash'; got {model!r}"

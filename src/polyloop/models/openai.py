@@ -48,11 +48,12 @@ from ..types import (
     ModelCallError,
     ModelReply,
     ModelRequest,
+    Pricing,
     ToolCall,
     Usage,
     import_extra,
 )
-from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder
+from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder, checked_pricing
 from ._http import redact_url as _redact_url
 from ._http import retry_after as _retry_after
 
@@ -158,6 +159,8 @@ class OpenAIModel:
         tool_choice: sent with the tools (``"auto"``, ``"required"``, or a function choice);
             None leaves it out.
 
+        pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
+            kernel prices each attempt's reported usage with it. None: cost counts 0.
     Raises:
         ImportError: the ``openai`` package is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``,
@@ -182,7 +185,9 @@ class OpenAIModel:
         timeout_s: float = 120.0,
         extra_body: Mapping[str, Any] | None = None,
         tool_choice: str | Mapping[str, Any] | None = "auto",
+        pricing: Pricing | None = None,
     ) -> None:
+        self.pricing = checked_pricing(pricing, type(self).__name__)
         if not isinstance(model, str) or not model.strip():
             raise ConfigError(f"OpenAIModel needs a model name, e.g. 'gpt-4o-mini'; got {model!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
