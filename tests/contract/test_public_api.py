@@ -56,6 +56,7 @@ def test_all_is_pinned() -> None:
             "Failure",
             "FallbackModel",
             "Pricing",
+            "FileEdit",
             "JournalError",
             "LeaseLost",
             "MalformedValue",

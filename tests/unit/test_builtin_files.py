@@ -13,7 +13,15 @@ from polyloop.journal import SQLiteJournal
 from polyloop.testing import ScriptedModel
 from polyloop.tools import ToolEnvironment, ToolRegistry
 from polyloop.tools.builtin import TOOL_NAMES, workspace_tools
-from polyloop.types import Action, ActionStatus, ConfigError, Outcome, ReplayPolicy, ToolContext
+from polyloop.types import (
+    Action,
+    ActionStatus,
+    ConfigError,
+    FileEdit,
+    Outcome,
+    ReplayPolicy,
+    ToolContext,
+)
 
 CTX = ToolContext("run-1", 0, "op-1")
 
@@ -243,7 +251,9 @@ async def test_write_file_creates_parents_and_writes_exactly(
 ) -> None:
     outcome = await call(env, "write_file", path="docs/guide/intro.md", content="a\r\nb\n")
     assert outcome == Outcome(
-        ActionStatus.executed, "Created 'docs/guide/intro.md': 5 characters in 2 line(s)."
+        ActionStatus.executed,
+        "Created 'docs/guide/intro.md': 5 characters in 2 line(s).",
+        edits=(FileEdit("docs/guide/intro.md"),),
     )
     assert (root / "docs" / "guide" / "intro.md").read_bytes() == b"a\r\nb\n"
     outcome = await call(env, "write_file", path="README.md", content="ünï")
@@ -282,6 +292,7 @@ async def test_edit_file_replaces_the_one_occurrence(root: Path, env: ToolEnviro
     assert outcome == Outcome(
         ActionStatus.executed,
         "Edited 'src/app.py': the text starting at line 4 (1 line(s)) was replaced by 1 line(s).",
+        edits=(FileEdit("src/app.py"),),
     )
     assert (root / "src" / "app.py").read_text() == "import os\n\ndef main():\n    return 1\n"
 

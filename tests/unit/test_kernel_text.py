@@ -9,6 +9,7 @@ from polyloop import (
     Action,
     ActionStatus,
     Failure,
+    FileEdit,
     FinalAnswer,
     InvalidDecision,
     ModelReply,
@@ -84,6 +85,17 @@ def test_outcomes_decisions_and_errors_with_lone_surrogates_are_cleaned_and_coun
         "o\ufffd",
         Failure("t::\ufffd", "E", "a.py:1", "m\ufffd"),
     )
+    other = Failure("t::\ud800b")
+    edit = FileEdit("tests/t\udcff.py", True, ("skip_added",))
+    outcome = Outcome(ActionStatus.executed, "ok", failures=(failure, other), edits=(edit,))
+    cleaned, n = clean_outcome(outcome)
+    assert n == 2 + 1 + 1  # the failure (once, though it is also `failure`), the other, the path
+    assert cleaned.failures == (
+        Failure("t::\ufffd", "E", "a.py:1", "m\ufffd"),
+        Failure("t::\ufffdb"),
+    )
+    assert cleaned.failure == cleaned.failures[0]
+    assert cleaned.edits == (FileEdit("tests/t\ufffd.py", True, ("skip_added",)),)
     assert clean_decision(FinalAnswer("a\ud800")) == (FinalAnswer("a\ufffd"), 1)
     assert clean_decision(InvalidDecision("\udfff")) == (InvalidDecision("\ufffd"), 1)
     info, n = clean_error(ErrorInfo("E", "m\ud800", "k\udfff", True))

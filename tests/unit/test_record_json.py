@@ -34,6 +34,7 @@ from polyloop.types import (
     EscalationReport,
     Failure,
     FailureSeen,
+    FileEdit,
     FingerprintEntry,
     GuardVerdict,
     Limits,
@@ -55,6 +56,7 @@ from polyloop.types import (
     ToolCall,
     Usage,
     canonical_json,
+    record_from_dict,
     record_json,
     record_to_dict,
 )
@@ -113,6 +115,13 @@ FAILURE = Failure(
 )
 OUTCOME = Outcome(ActionStatus.executed, "def parse(s):\n    return int(s)\n", truncated_chars=3)
 FAILED = Outcome(ActionStatus.executed, "1 failed", completed=False, failure=FAILURE)
+OTHER = Failure("tests/test_app.py::test_dump", "KeyError", "src/app.py:30", "'k'")
+TEST_RUN = Outcome(ActionStatus.executed, "2 failed", failures=(FAILURE, OTHER))
+TAMPERED = Outcome(
+    ActionStatus.executed,
+    "Edited 'tests/test_app.py'",
+    edits=(FileEdit("tests/test_app.py", True, ("assertion_deleted",)), FileEdit("src/app.py")),
+)
 REPORT = EscalationReport(
     "run-1",
     "repeated_failure",
@@ -156,6 +165,8 @@ RECORDS: list[Record] = [
     ActionResult(1, "op-2", FAILED, 17.0),
     ActionResult(2, "op-3", Outcome(ActionStatus.not_executed, "no such tool", synthetic=True), 0),
     ActionResult(3, "op-4", Outcome(ActionStatus.executed, "report_\ufffd.txt"), 2.5, 1),
+    ActionResult(4, "op-5", TEST_RUN, 310.0),
+    ActionResult(5, "op-6", TAMPERED, 2.0),
     StepWritten(model_failure_step(0, 1200, 30001.5)),
     StepWritten(invalid_step(1, REPLY, "chatcmpl-9x", "Reply with one tool call.", 1300, 900.0)),
     StepWritten(final_answer_step(2, ModelReply("Done: 42"), "c2", 1400, 700.0)),
@@ -191,6 +202,11 @@ RECORDS: list[Record] = [
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.kind)
 def test_every_kind_matches_the_reference(record: Record) -> None:
     assert_same(record)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.kind)
+def test_every_kind_reads_back_as_written(record: Record) -> None:
+    assert record_from_dict(json.loads(record_json(record))) == record
 
 
 def test_every_kind_is_covered_and_the_step_kinds_take_the_fast_path() -> None:

@@ -535,7 +535,7 @@ async def shell(root: Path, command: str, **kw: Any) -> Outcome:
         (UNITTEST, f"{UNITTEST_CLASS}.test_cancel_returns_the_items_to_stock"),
     ],
 )
-async def test_the_shell_tool_sets_the_failure_of_a_failing_test_run(
+async def test_the_shell_tool_sets_the_failures_of_a_failing_test_run(
     projects: dict[str, Path], argv: list[str], check: str
 ) -> None:
     outcome = await shell(projects["a"], f"{SHELL_ENV} {' '.join(argv)}")
@@ -544,6 +544,9 @@ async def test_the_shell_tool_sets_the_failure_of_a_failing_test_run(
     assert outcome.failure is not None
     assert outcome.failure == report.representative
     assert outcome.failure.check == check
+    # every failing test, in the report's order: the failure guard reads the whole set
+    assert outcome.failures == outcome.failing == report.failures
+    assert len(outcome.failures) > 1
     # the observation is the output and the exit code, as for any other command
     assert outcome.status is ActionStatus.executed
     assert outcome.observation.endswith("\n[exit code 1]")
@@ -590,5 +593,5 @@ async def test_other_commands_get_no_failure(
         passing=saved(projects, runs, "passing: pytest -q"),
     )
     outcome = await shell(projects["a"], command, shell_timeout_s=timeout_s)
-    assert outcome.failure is None
+    assert outcome.failure is None and outcome.failing == ()
     assert not outcome.observation.startswith("Error")

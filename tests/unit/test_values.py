@@ -13,6 +13,7 @@ from polyloop import (
     Action,
     ActionStatus,
     Failure,
+    FileEdit,
     FinalAnswer,
     InvalidDecision,
     MalformedValue,
@@ -97,6 +98,20 @@ BROKEN: dict[str, tuple[Callable[[], Any], str]] = {
         lambda: ModelReply("", tool_calls=({"name": "t"},)),  # type: ignore[arg-type]
         "each of ModelReply.tool_calls must be a ToolCall",
     ),
+    "Outcome.failures": (
+        lambda: Outcome(EXECUTED, "x", failures=(Failure(), "boom")),  # type: ignore[arg-type]
+        "each of Outcome.failures must be a Failure",
+    ),
+    "Outcome.edits": (
+        lambda: Outcome(EXECUTED, "x", edits="a.py"),  # type: ignore[arg-type]
+        "Outcome.edits must be a tuple of FileEdit",
+    ),
+    "FileEdit.path": (lambda: FileEdit(None), "FileEdit.path must be a str"),  # type: ignore[arg-type]
+    "FileEdit.test_file": (lambda: FileEdit("a", 1), "FileEdit.test_file must be a bool"),  # type: ignore[arg-type]
+    "FileEdit.tampering": (
+        lambda: FileEdit("a", True, ("renamed",)),
+        "each of FileEdit.tampering must be one of",
+    ),
     "ModelReply.tool_calls str": (
         lambda: ModelReply("", tool_calls="t"),  # type: ignore[arg-type]
         "ModelReply.tool_calls must be a sequence of ToolCall",
@@ -118,6 +133,17 @@ def test_a_field_that_breaks_the_contract_is_refused_at_construction_naming_it(
 def test_malformed_value_is_a_type_and_value_error_of_polyloop() -> None:
     assert issubclass(MalformedValue, PolyLoopError)
     assert issubclass(MalformedValue, TypeError) and issubclass(MalformedValue, ValueError)
+
+
+def test_the_failures_of_an_outcome_give_its_failure_and_its_failing_set() -> None:
+    a, b = Failure("t::a", "AssertionError"), Failure("t::b", "KeyError")
+    o = Outcome(EXECUTED, "2 failed", failures=[a, b])  # type: ignore[arg-type]
+    assert o.failures == (a, b) and o.failure == a and o.failing == (a, b)
+    assert Outcome(EXECUTED, "x", failure=b).failing == (b,)
+    assert Outcome(EXECUTED, "x").failing == ()
+    edit = FileEdit("tests/t.py", True, ["skip_added"])  # type: ignore[arg-type]
+    assert edit.tampering == ("skip_added",)
+    assert Outcome(EXECUTED, "x", edits=[edit]).edits == (edit,)  # type: ignore[arg-type]
 
 
 def test_values_keeping_the_contract_are_built_as_given() -> None:

@@ -14,14 +14,15 @@ is ASCII: the common case costs a few ``str.isascii`` calls per step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from ..types import (
     Action,
     Decision,
     ErrorInfo,
     Failure,
+    FileEdit,
     FinalAnswer,
     InvalidDecision,
     ModelReply,
@@ -31,6 +32,8 @@ from ..types import (
     clean_json,
     clean_text,
 )
+
+_T = TypeVar("_T")
 
 __all__ = ["clean_action", "clean_decision", "clean_error", "clean_outcome", "clean_reply"]
 
@@ -138,23 +141,54 @@ def clean_decision(decision: Decision) -> tuple[Decision, int]:
     return decision, 0
 
 
+def _clean_failure(failure: Failure) -> tuple[Failure, int]:
+    check, a = _opt(failure.check)
+    error_type, b = _opt(failure.error_type)
+    top_frame, c = _opt(failure.top_frame)
+    message, d = _opt(failure.message)
+    n = a + b + c + d
+    return (Failure(check, error_type, top_frame, message), n) if n else (failure, 0)
+
+
+def _clean_edit(edit: FileEdit) -> tuple[FileEdit, int]:
+    path, n = clean_text(edit.path)
+    return (dataclasses.replace(edit, path=path), n) if n else (edit, 0)
+
+
 def clean_outcome(outcome: Outcome) -> tuple[Outcome, int]:
-    """The outcome with its observation and failure fields cleaned; the count replaced."""
+    """The outcome with its observation, failures and edited paths cleaned; the count
+    replaced."""
     observation, n = clean_text(outcome.observation)
     failure = outcome.failure
-    if failure is None and not n:
+    if failure is None and not n and not outcome.edits:
         return outcome, 0
-    if failure is not None:
-        check, a = _opt(failure.check)
-        error_type, b = _opt(failure.error_type)
-        top_frame, c = _opt(failure.top_frame)
-        message, d = _opt(failure.message)
-        if a or b or c or d:
-            n += a + b + c + d
-            failure = Failure(check, error_type, top_frame, message)
+    failures, k = _clean_all(outcome.failures, _clean_failure)
+    n += k
+    if failures and failure == outcome.failures[0]:
+        failure = failures[0]  # the same failure, counted once
+    elif failure is not None:
+        failure, k = _clean_failure(failure)
+        n += k
+    edits, k = _clean_all(outcome.edits, _clean_edit)
+    n += k
     if not n:
         return outcome, 0
-    return dataclasses.replace(outcome, observation=observation, failure=failure), n
+    cleaned = dataclasses.replace(
+        outcome, observation=observation, failure=failure, failures=failures, edits=edits
+    )
+    return cleaned, n
+
+
+def _clean_all(
+    items: tuple[_T, ...], clean: Callable[[_T], tuple[_T, int]]
+) -> tuple[tuple[_T, ...], int]:
+    n = 0
+    out = []
+    for item in items:
+        item, k = clean(item)
+        n += k
+        out.append(item)
+    return (tuple(out), n) if n else (items, 0)
 
 
 def clean_error(info: ErrorInfo) -> tuple[ErrorInfo, int]:

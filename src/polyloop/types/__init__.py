@@ -67,9 +67,11 @@ from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
 from ._values import (
+    TAMPERING_SIGNS,
     Action,
     Decision,
     Failure,
+    FileEdit,
     FinalAnswer,
     InvalidDecision,
     Limits,
@@ -91,6 +93,7 @@ __all__ = [
     "DEFAULT_TEMPLATES",
     "REPLACEMENT",
     "STEP_SCHEMA_VERSION",
+    "TAMPERING_SIGNS",
     "Action",
     "ActionFinished",
     "ActionIntent",
@@ -106,6 +109,7 @@ __all__ = [
     "Event",
     "Failure",
     "FailureSeen",
+    "FileEdit",
     "FinalAnswer",
     "FingerprintEntry",
     "GuardCheck",

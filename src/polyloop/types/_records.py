@@ -24,6 +24,7 @@ from ._step import StepRecord
 from ._values import (
     Action,
     Failure,
+    FileEdit,
     Limits,
     Message,
     ModelReply,
@@ -379,24 +380,38 @@ def _reply_from(d: Mapping[str, Any]) -> ModelReply:
     )
 
 
-def _outcome_to(o: Outcome) -> dict[str, Any]:
-    f = o.failure
+def failure_to(f: Failure) -> dict[str, Any]:
+    """The JSON form of a :class:`Failure` (its four fields)."""
     return {
+        "check": f.check,
+        "error_type": f.error_type,
+        "top_frame": f.top_frame,
+        "message": f.message,
+    }
+
+
+def _edit_to(e: FileEdit) -> dict[str, Any]:
+    return {"path": e.path, "test_file": e.test_file, "tampering": list(e.tampering)}
+
+
+def outcome_to(o: Outcome) -> dict[str, Any]:
+    """The JSON form of an Outcome. ``failures`` and ``edits`` are left out when empty, so an
+    outcome without them is written exactly as before they existed."""
+    f = o.failure
+    d: dict[str, Any] = {
         "status": o.status.value,
         "observation": o.observation,
         "completed": o.completed,
         "marker": o.marker,
         "synthetic": o.synthetic,
         "truncated_chars": o.truncated_chars,
-        "failure": None
-        if f is None
-        else {
-            "check": f.check,
-            "error_type": f.error_type,
-            "top_frame": f.top_frame,
-            "message": f.message,
-        },
+        "failure": None if f is None else failure_to(f),
     }
+    if o.failures:
+        d["failures"] = [failure_to(x) for x in o.failures]
+    if o.edits:
+        d["edits"] = [_edit_to(e) for e in o.edits]
+    return d
 
 
 def _as_written_then(value: Any, kind: type) -> Any:
@@ -427,6 +442,10 @@ def _outcome_from(d: Mapping[str, Any]) -> Outcome:
         synthetic=d["synthetic"],
         truncated_chars=_as_written_then(d["truncated_chars"], int),
         failure=failure,
+        failures=tuple(Failure(**x) for x in d.get("failures", ())),
+        edits=tuple(
+            FileEdit(e["path"], e["test_file"], tuple(e["tampering"])) for e in d.get("edits", ())
+        ),
     )
 
 
@@ -528,7 +547,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             body = {
                 "step_idx": record.step_idx,
                 "op_id": record.op_id,
-                "outcome": _outcome_to(record.outcome),
+                "outcome": outcome_to(record.outcome),
                 "latency_ms": record.latency_ms,
             }
             if record.replaced_chars:
@@ -560,16 +579,10 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "feedback": record.feedback,
             }
         case FailureSeen():
-            f = record.failure
             body = {
                 "step_idx": record.step_idx,
                 "fingerprint": record.fingerprint,
-                "failure": {
-                    "check": f.check,
-                    "error_type": f.error_type,
-                    "top_frame": f.top_frame,
-                    "message": f.message,
-                },
+                "failure": failure_to(record.failure),
                 "action": record.action,
             }
     body["kind"] = record.kind

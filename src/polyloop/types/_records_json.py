@@ -18,6 +18,7 @@ from ._records import (
     ModelResult,
     Record,
     StepWritten,
+    outcome_to,
     record_to_dict,
 )
 from ._step import StepRecord
@@ -129,6 +130,8 @@ def _action_intent_json(r: ActionIntent) -> str:
 
 
 def _outcome_json(o: Outcome) -> str:
+    if o.failures or o.edits:  # a test run or an edit: the reference path
+        return canonical_json(outcome_to(o))
     f = o.failure
     failure = (
         "null"

@@ -16,6 +16,7 @@ __all__ = [
     "Action",
     "Decision",
     "Failure",
+    "FileEdit",
     "FinalAnswer",
     "InvalidDecision",
     "Limits",
@@ -397,6 +398,59 @@ def _normalise(text: str) -> str:
     return " ".join(text.split())
 
 
+TAMPERING_SIGNS = ("test_deleted", "assertion_deleted", "assertion_changed", "skip_added")
+"""What an edit of a test file can be seen to do to its tests (:attr:`FileEdit.tampering`):
+a test function removed, an assertion removed, an assertion changed (loosened or not: a
+reader of text cannot tell), a skip or expected-failure marker added."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileEdit:
+    """A file an action changed, as the environment reports it in :attr:`Outcome.edits` (the
+    workspace tools' ``write_file`` and ``edit_file`` do; a shell command's changes are not
+    seen). The failure guard reads it (the first edit ends the baseline, the files changed per
+    round show a fix spreading), and every edit of a test file is journaled as a
+    ``test_edit`` record, so that tests weakened to turn red into green are visible.
+
+    Each field is checked here (``MalformedValue``).
+    """
+
+    path: str
+    """The file, relative to the workspace root, with "/" separators."""
+    test_file: bool = False
+    """The file is a test file (the workspace tools' ``test_paths`` globs)."""
+    tampering: tuple[str, ...] = ()
+    """What the edit did to the tests in the file, each a value of :data:`TAMPERING_SIGNS`,
+    in that order; () when it removed or changed no test, assertion or skip marker."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str):
+            raise _bad("FileEdit.path", "a str", self.path)
+        if type(self.test_file) is not bool:
+            raise _bad("FileEdit.test_file", "a bool", self.test_file)
+        signs = self.tampering
+        if type(signs) is not tuple:
+            if isinstance(signs, str) or not isinstance(signs, Sequence):
+                raise _bad("FileEdit.tampering", "a sequence of str", signs)
+            signs = tuple(signs)
+            object.__setattr__(self, "tampering", signs)
+        for sign in signs:
+            if sign not in TAMPERING_SIGNS:
+                raise _bad("each of FileEdit.tampering", f"one of {TAMPERING_SIGNS}", sign)
+
+
+def _as_tuple(value: object, field: str, item: type, expected: str) -> tuple[Any, ...]:
+    """A sequence field of an Outcome as a tuple of ``item``, else ``MalformedValue``."""
+    if type(value) is not tuple:
+        if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+            raise _bad(field, expected, value)
+        value = tuple(value)
+    for x in value:
+        if not isinstance(x, item):
+            raise _bad(f"each of {field}", f"a {item.__name__}", x)
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What the environment reports for one action.
@@ -410,6 +464,11 @@ class Outcome:
         synthetic: PolyLoop, not the environment, wrote ``observation``.
         truncated_chars: characters a tool cut from its own output (an int >= 0).
         failure: a description of the failure, for the failure guard (a ``Failure`` or None).
+        failures: every failure the action reported, in order (each failing test of a test
+            run); given without ``failure``, its first becomes ``failure``. The failure guard
+            reads the whole set (known failures, net progress); () means just ``failure``.
+        edits: the files the action changed (:class:`FileEdit`); only an ``executed``
+            outcome's edits count.
 
     Raises:
         MalformedValue: a field breaks this contract (``completed``, ``marker`` and
@@ -426,6 +485,8 @@ class Outcome:
     synthetic: bool = False
     truncated_chars: int = 0
     failure: Failure | None = None
+    failures: tuple[Failure, ...] = ()
+    edits: tuple[FileEdit, ...] = ()
 
     def __post_init__(self) -> None:
         # Straight-line checks: an environment builds one every step, and the kernel relies on
@@ -450,6 +511,24 @@ class Outcome:
             raise _bad("Outcome.truncated_chars", "an int >= 0", n)
         if self.failure is not None and not isinstance(self.failure, Failure):
             raise _bad("Outcome.failure", "a Failure or None", self.failure)
+        if self.failures:
+            failures = _as_tuple(self.failures, "Outcome.failures", Failure, "a tuple of Failure")
+            object.__setattr__(self, "failures", failures)
+            if self.failure is None:
+                object.__setattr__(self, "failure", failures[0])
+        elif type(self.failures) is not tuple:
+            _as_tuple(self.failures, "Outcome.failures", Failure, "a tuple of Failure")
+            object.__setattr__(self, "failures", ())
+        if self.edits or type(self.edits) is not tuple:
+            edits = _as_tuple(self.edits, "Outcome.edits", FileEdit, "a tuple of FileEdit")
+            object.__setattr__(self, "edits", edits)
+
+    @property
+    def failing(self) -> tuple[Failure, ...]:
+        """The failures the failure guard reads: ``failures``, else ``(failure,)``, else ()."""
+        if self.failures:
+            return self.failures
+        return () if self.failure is None else (self.failure,)
 
 
 @dataclass(frozen=True, slots=True)

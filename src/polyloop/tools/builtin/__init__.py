@@ -20,17 +20,21 @@ as ``not_executed``); ``writable_paths`` narrows where writes go; the shell has 
 output cap and a command policy. Every model-visible string is in :class:`BuiltinTexts`.
 
 ``extract_failures(output)`` reads a pytest or unittest report into a :class:`TestReport` of
-:class:`~polyloop.types.Failure` values; the shell tool uses it to set ``Outcome.failure`` on a
-test run that exits non-zero (the failure guard counts its fingerprint).
+:class:`~polyloop.types.Failure` values; the shell tool uses it to set ``Outcome.failures`` on
+a test run that exits non-zero (the failure guard counts the first one's fingerprint).
+``write_file`` and ``edit_file`` report their edits in ``Outcome.edits``, and flag the edits
+of test files (``test_paths``, default :data:`DEFAULT_TEST_PATHS`).
 """
 
 from ._policy import Approver, CommandPolicy, PolicyDecision, Rule, Verdict
+from ._test_edits import DEFAULT_TEST_PATHS
 from ._test_reports import TestReport, extract_failures
 from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
 from ._workspace import TOOL_NAMES, workspace_tools
 
 __all__ = [
     "DEFAULT_BUILTIN_TEXTS",
+    "DEFAULT_TEST_PATHS",
     "TOOL_NAMES",
     "Approver",
     "BuiltinTexts",

@@ -27,6 +27,7 @@ from typing import BinaryIO
 from polyloop.types import ActionStatus, Outcome
 
 from ._paths import DIR_FLAGS, FILE_FLAGS, Located, Refused, Workspace, glob_regex, matches_glob
+from ._test_edits import DEFAULT_TEST_PATHS, TestPaths, edited_lines
 from ._texts import BuiltinTexts
 
 __all__ = ["MAX_FILE_BYTES", "MAX_FILE_MIB", "Files"]
@@ -98,10 +99,17 @@ def _line_count(text: str) -> int:
 class Files:
     """The file tools bound to one workspace."""
 
-    def __init__(self, workspace: Workspace, texts: BuiltinTexts, max_output_chars: int) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        texts: BuiltinTexts,
+        max_output_chars: int,
+        tests: TestPaths | None = None,
+    ) -> None:
         self._ws = workspace
         self._texts = texts
         self._max = max_output_chars
+        self._tests = TestPaths(DEFAULT_TEST_PATHS) if tests is None else tests
 
     # --- read_file ----------------------------------------------------------------------------
 
@@ -190,19 +198,34 @@ class Files:
 
     # --- write_file and edit_file ---------------------------------------------------------------
 
-    def write(self, path: str, content: str) -> str:
-        """Create or replace a file with ``content`` (see :meth:`Located.replace`)."""
+    def write(self, path: str, content: str) -> Outcome:
+        """Create or replace a file with ``content`` (see :meth:`Located.replace`); the
+        outcome reports the edit (a test file's is compared with what it replaced)."""
         t = self._texts
         data = self._encode(content, path)
         with self._ws.locate(path, write=True, create=True) as found:
             existed = found.st is not None
+            before = ""
             if existed:
                 self._regular_file(found)
+                if found.rel in self._tests:
+                    before = self._previous(found)
             found.replace(data)
+            edit = self._tests.edit(found.rel, before, content)
         template = t.overwritten if existed else t.created
-        return template.format(path=path, chars=len(content), lines=_line_count(content))
+        text = template.format(path=path, chars=len(content), lines=_line_count(content))
+        return Outcome(ActionStatus.executed, text, edits=(edit,))
 
-    def edit(self, path: str, old: str, new: str) -> str:
+    def _previous(self, found: Located) -> str:
+        """The text a write replaces, to compare a test file with (up to
+        :data:`MAX_FILE_BYTES`, decoded leniently: it is only read for the comparison)."""
+        try:
+            with found.open_file() as f:
+                return f.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+        except (OSError, Refused):
+            return ""
+
+    def edit(self, path: str, old: str, new: str) -> Outcome:
         """Replace the one occurrence of ``old`` with ``new``, in a file of at most
         :data:`MAX_FILE_BYTES` (a larger one is refused: it would be held in memory)."""
         t = self._texts
@@ -236,13 +259,18 @@ class Files:
             if old == new:
                 raise Refused(t.edit_unchanged)
             index = text.index(old)
-            found.replace(self._encode(text[:index] + new + text[index + len(old) :], path))
-        return t.edited.format(
+            changed = text[:index] + new + text[index + len(old) :]
+            found.replace(self._encode(changed, path))
+            first, last = edited_lines(text, index, index + len(old))
+            after = changed[first : last + len(new) - len(old)]
+            edit = self._tests.edit(found.rel, text[first:last], after)
+        observation = t.edited.format(
             path=path,
             line=text.count("\n", 0, index) + 1,
             old_lines=_line_count(old),
             new_lines=_line_count(new),
         )
+        return Outcome(ActionStatus.executed, observation, edits=(edit,))
 
     # --- list_files -------------------------------------------------------------------------
 

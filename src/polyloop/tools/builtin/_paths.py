@@ -222,6 +222,8 @@ class Workspace:
         root: an existing directory; its real path (symlinks resolved) is the root.
         writable_paths: paths or globs relative to the root (see :func:`glob_regex`) below
             which writes are allowed; None allows writes anywhere in the root, ``[]`` nowhere.
+            An entry starting with "!" excludes: nothing matching it (or below it) may be
+            written, whatever else allows it; with only such entries, the rest is writable.
         texts: the wording of refusals.
 
     Raises:
@@ -253,6 +255,7 @@ class Workspace:
         self._bases = tuple(dict.fromkeys((real, os.path.abspath(os.fspath(root)))))
         self._texts = texts
         self._writable: tuple[re.Pattern[str], ...] | None = None
+        self._excluded: tuple[re.Pattern[str], ...] = ()
         self._writable_names = ""
         if writable_paths is not None:
             if isinstance(writable_paths, str | os.PathLike):
@@ -261,7 +264,12 @@ class Workspace:
                     f"path {os.fspath(writable_paths)!r}; write writable_paths=[...]"
                 )
             entries = [os.fspath(p) for p in writable_paths]
-            self._writable = tuple(self._writable_entry(e) for e in entries)
+            allowed = [e for e in entries if not e.startswith("!")]
+            excluded = [e[1:] for e in entries if e.startswith("!")]
+            self._excluded = tuple(self._writable_entry(e) for e in excluded)
+            # Only exclusions: everything else is writable.
+            allowed = allowed if allowed or not excluded else ["**"]
+            self._writable = tuple(self._writable_entry(e) for e in allowed)
             self._writable_names = ", ".join(entries) if entries else texts.nothing_writable
 
     @property
@@ -454,7 +462,9 @@ class Workspace:
         while rel != ".":
             rel = posixpath.dirname(rel) or "."
             candidates.append(rel)
-        if any(rx.fullmatch(c) for rx in self._writable for c in candidates):
+        if not any(rx.fullmatch(c) for rx in self._excluded for c in candidates) and any(
+            rx.fullmatch(c) for rx in self._writable for c in candidates
+        ):
             return
         raise Refused(self._texts.not_writable.format(path=path, paths=self._writable_names))
 

@@ -18,6 +18,7 @@ from ._files import MAX_FILE_MIB, Files
 from ._paths import Refused, Workspace
 from ._policy import Approver, CommandPolicy, Verdict
 from ._shell import ShellResult, default_shell, run_shell
+from ._test_edits import DEFAULT_TEST_PATHS, TestPaths
 from ._test_reports import extract_failures
 from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
 
@@ -48,6 +49,7 @@ def workspace_tools(
     approve: Approver | None = None,
     registry: ToolRegistry | None = None,
     texts: BuiltinTexts = DEFAULT_BUILTIN_TEXTS,
+    test_paths: Sequence[str] = DEFAULT_TEST_PATHS,
 ) -> ToolRegistry:
     """Register the workspace tools on a registry and return it.
 
@@ -73,14 +75,24 @@ def workspace_tools(
     shows; ``edit_file`` and ``grep`` handle files of up to 10 MiB. File names that are not
     UTF-8 are shown with U+FFFD for each undecodable byte.
 
+    ``write_file`` and ``edit_file`` report what they changed in ``Outcome.edits`` (a
+    :class:`~polyloop.types.FileEdit`): the failure guard reads it, and an edit of a test file
+    (``test_paths``) is flagged with what it did to the tests in it (a test or an assertion
+    deleted, an assertion changed, a skip marker added) and journaled as a ``test_edit``
+    record. To forbid test edits instead, leave test files out of ``writable_paths`` (e.g.
+    ``["!tests/**", "!**/test_*.py"]``). A failing ``pytest`` or ``unittest`` run through
+    ``shell`` reports its failing tests in ``Outcome.failures`` (the first as ``failure``).
+
     Args:
         root: the workspace directory (it must exist); its real path is the root.
         writable_paths: paths or globs relative to the root (``"src"``, ``"docs/*.md"``,
             ``"**/*.py"``; ``*`` and ``?`` never match "/", ``**`` matches any number of
             directories) under which ``write_file`` and ``edit_file`` may write; a path is
-            writable if it or one of its parent directories matches an entry. None (the
-            default) allows writes anywhere in the root; ``[]`` makes the workspace read-only.
-            A write elsewhere is ``not_executed``.
+            writable if it or one of its parent directories matches an entry. An entry
+            starting with "!" excludes what it matches, whatever else allows it (with only
+            such entries, everything else is writable). None (the default) allows writes
+            anywhere in the root; ``[]`` makes the workspace read-only. A write elsewhere is
+            ``not_executed``.
         shell: register the ``shell`` tool.
         shell_timeout_s: seconds before a command is killed with every process it started.
         max_output_chars: the most characters of content any one call shows; what is cut is
@@ -92,6 +104,10 @@ def workspace_tools(
             approves; if it raises, the command is refused.
         registry: register on this registry instead of a new one.
         texts: the model-visible wording (tool descriptions, refusals, notes).
+        test_paths: globs of test files (default :data:`DEFAULT_TEST_PATHS`: ``tests/**``,
+            ``test_*.py``, ``*_test.py``, ``*_spec.*``). One with "/" is matched against the
+            path from the root, one without against the file name in any folder; ``[]``
+            flags no file.
 
     Returns:
         The registry the tools were registered on.
@@ -99,7 +115,8 @@ def workspace_tools(
     Raises:
         ConfigError: ``root`` is not a directory; a ``writable_paths`` entry lies outside it
             (or ``writable_paths`` is a single string); ``shell_timeout_s`` or
-            ``max_output_chars`` is not positive (the latter must be at least 100); a tool name
+            ``max_output_chars`` is not positive (the latter must be at least 100); a
+            ``test_paths`` entry is empty (or ``test_paths`` is a single string); a tool name
             is already taken in ``registry`` (nothing is registered then); ``shell=True`` on a
             system without process groups; a system without ``O_NOFOLLOW`` and ``dir_fd``
             (the file tools could not confine paths).
@@ -127,6 +144,7 @@ def workspace_tools(
             "workspace_tools: the shell tool needs POSIX process groups; pass shell=False"
         )
     workspace = Workspace(root, writable_paths, texts)
+    tests = TestPaths(test_paths)
     registry = ToolRegistry() if registry is None else registry
     names = TOOL_NAMES if shell else TOOL_NAMES[:-1]
     taken = [name for name in names if name in registry]
@@ -148,7 +166,7 @@ def workspace_tools(
         if shell
         else None
     )
-    files = Files(workspace, texts, max_output_chars)
+    files = Files(workspace, texts, max_output_chars, tests)
     writable = workspace.writable_names
     note = "" if writable is None else texts.writable_note.format(paths=writable)
 
@@ -302,10 +320,10 @@ class _Shell:
             if result.unkillable:
                 status += "\n" + t.shell_unkillable.format(processes=count(result.unkillable))
         text = body + ("" if body.endswith("\n") else "\n") + status
-        failure = _test_failure(result)
-        if result.omitted or failure is not None:
+        failures = _test_failures(result)
+        if result.omitted or failures:
             return Outcome(
-                ActionStatus.executed, text, truncated_chars=result.omitted, failure=failure
+                ActionStatus.executed, text, truncated_chars=result.omitted, failures=failures
             )
         return text
 
@@ -314,9 +332,10 @@ class _Shell:
         return t.shell_process_one if count == 1 else t.shell_process_many.format(count=count)
 
 
-def _test_failure(result: ShellResult) -> Failure | None:
-    """The failure for the failure guard (kernel.md §10): the first failing test of a command
-    that exited non-zero and printed a pytest or unittest report, else None.
+def _test_failures(result: ShellResult) -> tuple[Failure, ...]:
+    """The failures for the failure guard (kernel.md §10): the failing tests of a command
+    that exited non-zero and printed a pytest or unittest report (the first is the one it
+    counts), else ().
 
     Other failing commands get none, on purpose: a ``Failure`` has no field for the command, so
     one made from an exit code or the last line of output would give ``make lint`` and
@@ -324,10 +343,10 @@ def _test_failure(result: ShellResult) -> Failure | None:
     stop a run that is making progress. A timeout or a signal ends a test run before its
     report, so those get none either."""
     if result.timed_out or result.returncode is None or result.returncode <= 0:
-        return None
+        return ()
     output = result.head + (_CUT if result.omitted else "") + result.tail
     report = extract_failures(output)
-    return None if report is None else report.representative
+    return () if report is None else report.failures
 
 
 async def _ask(approve: Approver, command: str) -> object:
