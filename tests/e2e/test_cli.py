@@ -719,6 +719,28 @@ def test_progress_and_show_give_each_steps_own_time_in_labelled_columns(
         ), table
 
 
+def test_run_and_show_name_an_edit_that_deleted_an_assertion(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    (workspace / "tests").mkdir()
+    test = "def test_notes():\n    assert read() == 'x'\n    assert read() != ''\n"
+    (workspace / "tests" / "test_notes.py").write_text(test)
+    edit = {"path": "tests/test_notes.py", "old": "    assert read() == 'x'\n", "new": ""}
+    fake.script(
+        completion(tool_calls=[tool_call("edit_file", json.dumps(edit))], id="chatcmpl-1"),
+        completion("Done: the test passes now.", id="chatcmpl-2"),
+    )
+    done = cli(*run_args(fake, workspace))
+    assert done.code == 0, done
+    assert "test files edited:\n  tests/test_notes.py (assertion_deleted) at step 0" in done.out
+    shown = cli("show", run_id_of(done.out), "--journal", "j.db")
+    assert "tests/test_notes.py (assertion_deleted) at step 0" in shown.out, shown
+    as_json = json.loads(cli("show", run_id_of(done.out), "--journal", "j.db", "--json").out)
+    assert as_json["test_edits"] == [
+        {"step_idx": 0, "path": "tests/test_notes.py", "tampering": ["assertion_deleted"]}
+    ]
+
+
 async def steps_of(path: Path, run_id: str) -> list[StepRecord]:
     async with SQLiteJournal(path) as journal:
         return await journal.steps(run_id)
@@ -949,3 +971,17 @@ def test_every_command_is_documented_in_the_readme_and_has_help_with_an_example(
         name = args[0]
         assert f"polyloop {name}" in README, name
         assert f"Example: polyloop {name}" in (command.help or ""), name
+
+
+def test_a_run_completed_after_editing_test_files_is_told_to_check_them() -> None:
+    from polyloop.cli._render import test_edit_lines
+    from polyloop.types import TestEdit
+
+    edits = [TestEdit(3, "tests/t.py", ("skip_added",)), TestEdit(5, "tests/u.py")]
+    assert test_edit_lines(edits, "task_completed") == [
+        "completed after editing test files: check that no test was weakened:",
+        "  tests/t.py (skip_added) at step 3",
+        "  tests/u.py at step 5",
+    ]
+    assert test_edit_lines(edits, "step_budget")[0] == "test files edited:"
+    assert test_edit_lines([], "task_completed") == []

@@ -33,10 +33,12 @@ from polyloop.types import (
     ErrorInfo,
     EscalationReport,
     Failure,
+    FailureKnown,
     FailureSeen,
     FileEdit,
     FingerprintEntry,
     GuardVerdict,
+    KnownEntry,
     Limits,
     LimitsChanged,
     ModelAttemptFailed,
@@ -48,11 +50,13 @@ from polyloop.types import (
     PendingAction,
     Record,
     ReplayPolicy,
+    RoundEntry,
     RunEnd,
     RunTotals,
     StepRecord,
     StepWritten,
     StopReason,
+    TestEdit,
     ToolCall,
     Usage,
     canonical_json,
@@ -132,6 +136,21 @@ REPORT = EscalationReport(
     ("edit(a)", "edit(b)"),
     ("src/app.py",),
 )
+FULL_REPORT = replace(
+    REPORT,
+    signals=("same_failure", "no_progress"),
+    why="one failure seen 2 times",
+    rounds=(
+        RoundEntry(1, 0, 3, ("src/app.py",), ("t::a", "t::b"), FAILURE.fingerprint()),
+        RoundEntry(2, 4, 7, (), ("t::a",), None),
+    ),
+    known=(
+        KnownEntry("t::b", "given", OTHER, 3),
+        KnownEntry("t::c", "baseline", FAILURE, 1, 4),
+        KnownEntry("deadbeef0000", "given"),
+    ),
+    test_edits=(TestEdit(5, "tests/test_app.py", ("skip_added",)),),
+)
 
 ACTION_STEP = StepWritten(
     action_step(4, REPLY, "chatcmpl-9x", ACTION, ARGS_JSON, OUTCOME, 10, 1500, 12)
@@ -193,9 +212,18 @@ RECORDS: list[Record] = [
         0, "i9", 1, "c9", ModelReply("ok", usage=Usage(10, 2, cost_usd=0.0003)), 1.0, 0, 0.0003
     ),
     LimitsChanged(Limits(max_steps=50, max_actions=20, same_failure_limit=2)),
+    LimitsChanged(
+        Limits(no_progress_rounds=3, spreading_rounds=2, known_failures=("t::b",), baseline=True)
+    ),
     GuardVerdict(3, "cites_source", True, "Cite a source."),
     GuardVerdict(4, "cites_source", False),
     FailureSeen(5, FAILURE.fingerprint(), FAILURE, ACTION.text),
+    FailureSeen(
+        7, OTHER.fingerprint(), OTHER, None, 3, True, (FAILURE.check or "", "t::b"), ("a.py",)
+    ),
+    FailureKnown(1, OTHER.fingerprint(), OTHER),
+    TestEdit(6, "tests/test_app.py", ("assertion_deleted", "skip_added")),
+    RunEnd(StopReason.repeated_failure, None, None, 9, 9, 2.0, report=FULL_REPORT),
 ]
 
 

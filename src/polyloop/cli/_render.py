@@ -6,6 +6,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from polyloop import EscalationReport, RunResult, StepRecord
 from polyloop.events import ActionStarted, Event, RunEnded, StepAppended
+from polyloop.types import TestEdit
 
 console = Console(highlight=False, soft_wrap=False)
 
@@ -80,10 +82,24 @@ class Progress:
             self.line(f"detail: {result.stop_detail}")
         if result.final_answer:
             self.line(f"answer: {result.final_answer}")
+        for line in test_edit_lines(result.test_edits, str(result.stop_reason)):
+            self.line(line)
 
     def detached(self, run_id: str, journal: Path | None) -> None:
         where = f" --journal {journal}" if journal else ""
         self.line(f"detached: run {run_id} stays resumable: polyloop resume {run_id}{where}")
+
+
+def test_edit_lines(edits: Sequence[TestEdit], stop_reason: str | None) -> list[str]:
+    """What a run's edits of test files say to a reader: nothing when there were none; a
+    warning first when the run completed after them (its tests may have been weakened)."""
+    if not edits:
+        return []
+    if stop_reason == "task_completed":
+        head = "completed after editing test files: check that no test was weakened"
+    else:
+        head = "test files edited"
+    return [f"{head}:", *(f"  {e.describe()}" for e in edits)]
 
 
 def filter_runs(
@@ -154,11 +170,19 @@ def _no_action(s: StepRecord) -> str:
 
 
 def show_json(
-    run: dict[str, Any], steps: list[StepRecord], report: EscalationReport | None = None
+    run: dict[str, Any],
+    steps: list[StepRecord],
+    report: EscalationReport | None = None,
+    test_edits: Sequence[TestEdit] = (),
 ) -> None:
-    out = {"run": run, "steps": [s.to_dict() for s in steps]}
+    out: dict[str, Any] = {"run": run, "steps": [s.to_dict() for s in steps]}
     if report is not None:
         out["report"] = report.to_dict()
+    if test_edits:
+        out["test_edits"] = [
+            {"step_idx": e.step_idx, "path": e.path, "tampering": list(e.tampering)}
+            for e in test_edits
+        ]
     print(json.dumps(out, ensure_ascii=False, indent=2))
 
 

@@ -28,7 +28,7 @@ from polyloop import (
     RunResult,
     StopReason,
 )
-from polyloop.types import RunEnd
+from polyloop.types import RunEnd, TestEdit
 
 from . import _render
 from ._exit import ExitCode, epilog, exit_code
@@ -531,20 +531,23 @@ def show(
     Example: polyloop show 3f2a… --json
     """
 
-    async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None]:
+    async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None, list[TestEdit]]:
         async with open_journal(journal, read_only=True) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.path}")
             _, records = await j.journal.read(run_id)
             end = records[-1] if records and isinstance(records[-1], RunEnd) else None
-            return rows[0], await j.journal.steps(run_id), end.report if end else None
+            edits = [r for r in records if isinstance(r, TestEdit)]
+            return rows[0], await j.journal.steps(run_id), end.report if end else None, edits
 
-    run_row, steps, report = _call(go)
+    run_row, steps, report, edits = _call(go)
     if as_json:
-        _render.show_json(run_row, steps, report)
+        _render.show_json(run_row, steps, report, edits)
     else:
         _render.show_table(run_row, steps)
+        for line in _render.test_edit_lines(edits, run_row["stop_reason"]):
+            print(line)
         if report is not None:
             print()
             print(report.to_markdown())

@@ -19,7 +19,6 @@ from ..types import (
     ActionStatus,
     EnvironmentFailure,
     Failure,
-    FailureSeen,
     MalformedValue,
     Outcome,
     OutcomeUnknown,
@@ -251,16 +250,17 @@ async def settle(
         )
     reason = stopping.after_action(outcome)
     report = None
-    if reason is None and outcome.failure is not None and st.limits.same_failure_limit:
-        seen = FailureSeen(
-            sc.step_idx, outcome.failure.fingerprint(), outcome.failure, intent.action.text
+    seen = st.ledger.observe(
+        sc.step_idx, outcome, intent.action.text, st.limits, judged=reason is None
+    )
+    records = (*records, *seen.records)
+    if reason is None:
+        signals = stopping.failure_signals(
+            st.limits, seen.seen, seen.stale_rounds, seen.spreading_rounds
         )
-        records = (*records, seen)
-        reason = stopping.failure_repeated(st.limits, st.note_failure(seen))
+        reason = stopping.failure_repeated(signals)
         if reason is not None:
-            report = build_report(
-                d.run_id, (*st.steps, step), st.ledger, st.limits.same_failure_limit
-            )
+            report = build_report(d.run_id, (*st.steps, step), st.ledger, st.limits, signals)
     if reason is not None:
         detail = env_detail(outcome) if reason is StopReason.env_error else None
         return await d._end(

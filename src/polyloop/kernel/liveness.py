@@ -19,7 +19,7 @@ from ..types import (
     RunEnded,
     StopReason,
 )
-from . import acting
+from . import acting, stopping
 
 if TYPE_CHECKING:
     from .run import RunDriver
@@ -82,7 +82,11 @@ async def on_cancel(d: RunDriver) -> None:
         if outcome is not None:
             result = acting.result_record(d, sc, outcome, 0.0)
             step, cut = acting.step_record(d, sc, result)
-            records = (result, d._add_to_context(step, sc.reply, cut))
+            judged = stopping.after_action(result.outcome) is None
+            seen = st.ledger.observe(
+                sc.step_idx, result.outcome, intent.action.text, st.limits, judged=judged
+            )
+            records = (result, *seen.records, d._add_to_context(step, sc.reply, cut))
         else:
             started = d._action_task is not None or sc.resumed  # it may have run
             pending = acting.pending_of(intent, intent.replay_policy)

@@ -2,8 +2,9 @@
 
 :func:`replay` walks the records once, in ``seq`` order, and returns the state the run was in:
 the steps and counters, the context (rebuilt turn by turn, so the messages are byte-identical),
-the limits in force, the end record if there is one, and — when the run stopped in the middle
-of a step — an :class:`Interrupted` that says how far that step got.
+the failure ledger (folded from the steps' outcomes), the limits in force, the end record if
+there is one, and — when the run stopped in the middle of a step — an :class:`Interrupted`
+that says how far that step got.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..types import (
     ActionIntent,
     ActionResult,
     ActionStatus,
+    FailureKnown,
     FailureSeen,
     GuardVerdict,
     JournalError,
@@ -26,15 +28,19 @@ from ..types import (
     ModelIntent,
     ModelReply,
     ModelResult,
+    Outcome,
     Record,
     RunEnd,
     RunTotals,
     StepRecord,
     StepWritten,
     StopReason,
+    TestEdit,
     Turn,
     Usage,
 )
+from . import stopping
+from .ledger import Ledger, Observed
 
 __all__ = ["Interrupted", "Replayed", "replay"]
 
@@ -85,10 +91,8 @@ class Replayed:
     interrupted: Interrupted | None = None
     steer_counts: dict[str, int] = field(default_factory=dict)
     """Steers per run-end guard, by guard name."""
-    ledger: list[FailureSeen] = field(default_factory=list)
-    """The failure ledger, in order."""
-    failure_counts: dict[str, int] = field(default_factory=dict)
-    """Times each fingerprint was seen."""
+    ledger: Ledger = field(default_factory=Ledger)
+    """The failure ledger, rebuilt by folding the outcomes of the steps (see :mod:`.ledger`)."""
 
     def count_result(self, result: ModelResult) -> None:
         """Add a model result's usage and cost to the run's totals."""
@@ -115,12 +119,11 @@ class Replayed:
             return None
         return RunTotals(self.tokens, self.cost_usd, active_s, self.usage_missing)
 
-    def note_failure(self, seen: FailureSeen) -> int:
-        """Add a ledger entry; returns how often its fingerprint has now been seen."""
-        self.ledger.append(seen)
-        n = self.failure_counts.get(seen.fingerprint, 0) + 1
-        self.failure_counts[seen.fingerprint] = n
-        return n
+    def observe(self, step: StepRecord, outcome: Outcome) -> Observed:
+        """Fold an action step's outcome into the ledger, as the run did after its completion
+        check (which judged it unless it ended the run)."""
+        judged = stopping.after_action(outcome) is None
+        return self.ledger.observe(step.step_idx, outcome, step.action, self.limits, judged=judged)
 
 
 def _out_of_order(run_id: str, seq: int, why: str) -> JournalError:
@@ -199,6 +202,8 @@ def replay(
                     st.consecutive_invalid = 0
                 elif step.parse_error is not None:
                     st.consecutive_invalid += 1
+                if cur is not None and cur.action_result is not None:
+                    st.observe(step, cur.action_result.outcome)
                 if context is not None:
                     context.add_step(
                         Turn(
@@ -221,8 +226,8 @@ def replay(
             case GuardVerdict():
                 if rec.steer:
                     st.steer_counts[rec.guard] = st.steer_counts.get(rec.guard, 0) + 1
-            case FailureSeen():
-                st.note_failure(rec)
+            case FailureSeen() | FailureKnown() | TestEdit():
+                pass  # what the ledger concluded: rebuilt above, from the outcomes
     st.interrupted = cur
     return st
 

@@ -10,10 +10,13 @@ from ..types import (
     EscalationReport,
     FailureSeen,
     FingerprintEntry,
+    Limits,
+    RoundEntry,
     StepRecord,
     StopReason,
     detect_pattern,
 )
+from .ledger import Ledger
 
 __all__ = ["build_report"]
 
@@ -22,7 +25,8 @@ _MAX_ATTEMPT_CHARS = 200
 
 
 def _files_of(step: StepRecord) -> list[str]:
-    """Paths an executed action named in its arguments (``path``, ``file``, …)."""
+    """Paths an executed action named in its arguments (``path``, ``file``, …): what the
+    report shows as touched when the environment reports no edits."""
     if step.action_status is not ActionStatus.executed or not step.tool_args_json:
         return []
     try:
@@ -34,13 +38,66 @@ def _files_of(step: StepRecord) -> list[str]:
     return [v for k, v in args.items() if k in _PATH_KEYS and isinstance(v, str)]
 
 
+def _why(limits: Limits, signals: Sequence[str], ledger: Ledger) -> str:
+    parts = []
+    for signal in signals:
+        if signal == "same_failure":
+            parts.append(f"one failure seen {limits.same_failure_limit} times")
+        elif signal == "no_progress":
+            parts.append(
+                f"no fewer failing checks for {limits.no_progress_rounds} rounds "
+                f"(fewest {ledger.fewest})"
+            )
+        elif signal == "spreading":
+            parts.append(f"a new file changed in each of the last {limits.spreading_rounds} rounds")
+    return "; ".join(parts)
+
+
+def _rounds(ledger: Ledger) -> tuple[RoundEntry, ...]:
+    out = []
+    first = 0
+    for seen in ledger.rounds:
+        counted = None if seen.known else seen.fingerprint
+        out.append(
+            RoundEntry(seen.round, first, seen.step_idx, seen.changed, seen.failing, counted)
+        )
+        first = seen.step_idx + 1
+    return tuple(out)
+
+
+def _touched(
+    steps: Sequence[StepRecord], ledger: Ledger, counted: Sequence[FailureSeen], last: int
+) -> tuple[list[str], list[int]]:
+    """The files touched up to step ``last``, and how many had been touched at each counted
+    round: the edits the environment reported, or else the paths the actions named."""
+    touched: list[str] = []
+    per_round: list[int] = []
+    if ledger.files:
+        for seen in ledger.rounds:
+            touched.extend(p for p in seen.changed if p not in touched)
+            if seen in counted:
+                per_round.append(len(touched))
+        return touched, per_round
+    counted_steps = {seen.step_idx for seen in counted}
+    for s in steps[: last + 1]:
+        touched.extend(p for p in _files_of(s) if p not in touched)
+        if s.step_idx in counted_steps:
+            per_round.append(len(touched))
+    return touched, per_round
+
+
 def build_report(
-    run_id: str, steps: Sequence[StepRecord], ledger: Sequence[FailureSeen], limit: int
+    run_id: str,
+    steps: Sequence[StepRecord],
+    ledger: Ledger,
+    limits: Limits,
+    signals: Sequence[str],
 ) -> EscalationReport:
-    """Group the ledger by fingerprint, list the actions between the first and the last
-    failure, and name the pattern (unchanged / alternating / spreading)."""
+    """Group the counted rounds by fingerprint, list the actions between the first and the
+    last failure, the rounds and the known failures, and name the pattern."""
+    counted = [seen for seen in ledger.rounds if not seen.known] or ledger.rounds
     entries: dict[str, FingerprintEntry] = {}
-    for seen in ledger:
+    for seen in counted:
         old = entries.get(seen.fingerprint)
         entries[seen.fingerprint] = (
             FingerprintEntry(seen.fingerprint, seen.failure, 1, (seen.step_idx,))
@@ -49,29 +106,26 @@ def build_report(
                 old.fingerprint, old.failure, old.count + 1, (*old.steps, seen.step_idx)
             )
         )
-    first, last = ledger[0].step_idx, ledger[-1].step_idx
+    first, last = counted[0].step_idx, ledger.rounds[-1].step_idx
     attempts = tuple(
         (s.action or "")[:_MAX_ATTEMPT_CHARS]
         for s in steps[first : last + 1]
         if s.action is not None
     )
-    touched: list[str] = []
-    files_per_round: list[int] = []
-    failure_steps = {seen.step_idx for seen in ledger}
-    for s in steps[: last + 1]:
-        for path in _files_of(s):
-            if path not in touched:
-                touched.append(path)
-        if s.step_idx in failure_steps:
-            files_per_round.append(len(touched))
-    pattern = detect_pattern([seen.fingerprint for seen in ledger], files_per_round)
+    touched, per_round = _touched(steps, ledger, counted, last)
+    pattern = detect_pattern([seen.fingerprint for seen in counted], per_round)
     return EscalationReport(
         run_id=run_id,
         stop_reason=StopReason.repeated_failure.value,
         stopped_at_step=last,
-        limit=limit,
+        limit=limits.same_failure_limit or 0,
         pattern=pattern,
         fingerprints=tuple(entries.values()),
         attempts=attempts,
         files_touched=tuple(touched),
+        signals=tuple(signals),
+        why=_why(limits, signals, ledger),
+        rounds=_rounds(ledger),
+        known=ledger.known_entries(limits),
+        test_edits=tuple(ledger.test_edits),
     )

@@ -11,7 +11,8 @@ Each iteration asks, in this order:
 * E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`).
 * F/G. :func:`after_action` — ``env_error`` first, then completion; ``not_executed`` never
   completes, and ``completed=False`` forever is normal; then :func:`failure_repeated`, the
-  failure guard, so a completed run is never stopped by it.
+  failure guard (its signals: :func:`failure_signals`), so a completed run is never stopped
+  by it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "after_invalid",
     "context_overflows",
     "failure_repeated",
+    "failure_signals",
 ]
 
 MODEL_FAILED = StopReason.llm_error
@@ -79,8 +81,24 @@ def after_action(outcome: Outcome) -> StopReason | None:
     return None
 
 
-def failure_repeated(limits: Limits, times_seen: int) -> StopReason | None:
-    """G, after the completion check: one fingerprint seen ``same_failure_limit`` times."""
+def failure_signals(
+    limits: Limits, times_seen: int, stale_rounds: int, spreading_rounds: int
+) -> tuple[str, ...]:
+    """G, after the completion check: the failure guard's stop signals that fire on this
+    step's round (see :mod:`.ledger`), in this order: ``same_failure`` (the fingerprint counted
+    has been seen ``same_failure_limit`` times), ``no_progress`` (``no_progress_rounds``
+    rounds without fewer failing checks), ``spreading`` (``spreading_rounds`` rounds that each
+    changed a new file). Any of them ends the run ``repeated_failure``."""
+    fired = []
     if limits.same_failure_limit is not None and times_seen >= limits.same_failure_limit:
-        return StopReason.repeated_failure
-    return None
+        fired.append("same_failure")
+    if limits.no_progress_rounds is not None and stale_rounds >= limits.no_progress_rounds:
+        fired.append("no_progress")
+    if limits.spreading_rounds is not None and spreading_rounds >= limits.spreading_rounds:
+        fired.append("spreading")
+    return tuple(fired)
+
+
+def failure_repeated(signals: tuple[str, ...]) -> StopReason | None:
+    """G: a failure signal fired (:func:`failure_signals`)."""
+    return StopReason.repeated_failure if signals else None

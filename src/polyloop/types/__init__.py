@@ -30,17 +30,14 @@ from ._events import (
 from ._extras import import_extra
 from ._guards import (
     Complete,
-    EscalationReport,
-    FailureSeen,
-    FingerprintEntry,
     GuardCheck,
     GuardContext,
     GuardVerdict,
     RunEndGuard,
     Steer,
     Verdict,
-    detect_pattern,
 )
+from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._records import (
     ActionIntent,
     ActionResult,
@@ -63,6 +60,7 @@ from ._records import (
     record_to_dict,
 )
 from ._records_json import record_json
+from ._report import EscalationReport, FingerprintEntry, KnownEntry, RoundEntry, detect_pattern
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
@@ -108,6 +106,7 @@ __all__ = [
     "EscalationReport",
     "Event",
     "Failure",
+    "FailureKnown",
     "FailureSeen",
     "FileEdit",
     "FinalAnswer",
@@ -117,6 +116,7 @@ __all__ = [
     "GuardVerdict",
     "InvalidDecision",
     "JournalError",
+    "KnownEntry",
     "Lease",
     "LeaseLost",
     "Limits",
@@ -142,6 +142,7 @@ __all__ = [
     "Record",
     "ReplayPolicy",
     "RetryPolicy",
+    "RoundEntry",
     "RunDetached",
     "RunEnd",
     "RunEndGuard",
@@ -159,6 +160,7 @@ __all__ = [
     "StepWritten",
     "StopReason",
     "Templates",
+    "TestEdit",
     "ToolCall",
     "ToolContext",
     "ToolSpec",

@@ -19,7 +19,9 @@ from typing import Any, ClassVar, TypeAlias
 
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import JournalError
-from ._guards import EscalationReport, FailureSeen, GuardVerdict
+from ._guards import GuardVerdict
+from ._ledger import FailureKnown, FailureSeen, TestEdit
+from ._report import EscalationReport
 from ._step import StepRecord
 from ._values import (
     Action,
@@ -264,6 +266,8 @@ Record: TypeAlias = (
     | LimitsChanged
     | GuardVerdict
     | FailureSeen
+    | FailureKnown
+    | TestEdit
 )
 
 
@@ -320,6 +324,9 @@ class RunResult:
     """Why a ``repeated_failure`` run was stopped (``to_markdown()``/``to_json()``)."""
     totals: RunTotals = field(default_factory=lambda: RunTotals())
     """What the run spent: tokens, cost, active seconds (the budgets of ``Limits``)."""
+    test_edits: tuple[TestEdit, ...] = ()
+    """Every edit of a test file the run's actions reported (``FileEdit.test_file``), in
+    order: a run that completed after one may have weakened its tests instead of fixing."""
     messages: tuple[Message, ...] = field(default=(), repr=False)
     """The conversation as the model last saw it (plus the final reply), for the next phase."""
 
@@ -380,16 +387,6 @@ def _reply_from(d: Mapping[str, Any]) -> ModelReply:
     )
 
 
-def failure_to(f: Failure) -> dict[str, Any]:
-    """The JSON form of a :class:`Failure` (its four fields)."""
-    return {
-        "check": f.check,
-        "error_type": f.error_type,
-        "top_frame": f.top_frame,
-        "message": f.message,
-    }
-
-
 def _edit_to(e: FileEdit) -> dict[str, Any]:
     return {"path": e.path, "test_file": e.test_file, "tampering": list(e.tampering)}
 
@@ -405,10 +402,10 @@ def outcome_to(o: Outcome) -> dict[str, Any]:
         "marker": o.marker,
         "synthetic": o.synthetic,
         "truncated_chars": o.truncated_chars,
-        "failure": None if f is None else failure_to(f),
+        "failure": None if f is None else f.to_dict(),
     }
     if o.failures:
-        d["failures"] = [failure_to(x) for x in o.failures]
+        d["failures"] = [x.to_dict() for x in o.failures]
     if o.edits:
         d["edits"] = [_edit_to(e) for e in o.edits]
     return d
@@ -582,8 +579,24 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             body = {
                 "step_idx": record.step_idx,
                 "fingerprint": record.fingerprint,
-                "failure": failure_to(record.failure),
+                "failure": record.failure.to_dict(),
                 "action": record.action,
+                "round": record.round,
+                "known": record.known,
+                "failing": list(record.failing),
+                "changed": list(record.changed),
+            }
+        case FailureKnown():
+            body = {
+                "step_idx": record.step_idx,
+                "fingerprint": record.fingerprint,
+                "failure": record.failure.to_dict(),
+            }
+        case TestEdit():
+            body = {
+                "step_idx": record.step_idx,
+                "path": record.path,
+                "tampering": list(record.tampering),
             }
     body["kind"] = record.kind
     return body
@@ -666,8 +679,19 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
             return GuardVerdict(d["step_idx"], d["guard"], d["steer"], d.get("feedback"))
         if kind == "failure_seen":
             return FailureSeen(
-                d["step_idx"], d["fingerprint"], Failure(**d["failure"]), d.get("action")
+                d["step_idx"],
+                d["fingerprint"],
+                Failure(**d["failure"]),
+                d.get("action"),
+                d.get("round", 0),
+                d.get("known", False),
+                tuple(d.get("failing", ())),
+                tuple(d.get("changed", ())),
             )
+        if kind == "failure_known":
+            return FailureKnown(d["step_idx"], d["fingerprint"], Failure(**d["failure"]))
+        if kind == "test_edit":
+            return TestEdit(d["step_idx"], d["path"], tuple(d["tampering"]))
         if kind == "limits":
             return LimitsChanged(Limits.from_dict(d["limits"]))
     except JournalError:

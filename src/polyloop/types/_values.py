@@ -358,6 +358,15 @@ class Failure:
         if self.message is not None and not isinstance(self.message, str):
             raise _bad("Failure.message", "a str or None", self.message)
 
+    def to_dict(self) -> dict[str, str | None]:
+        """The four fields by name (the JSON form; ``Failure(**d)`` reads it back)."""
+        return {
+            "check": self.check,
+            "error_type": self.error_type,
+            "top_frame": self.top_frame,
+            "message": self.message,
+        }
+
     def fingerprint(self) -> str:
         """A short stable hash of the four fields only, after normalising away what changes
         between two runs of the same failure: timings, memory addresses, temporary paths and
@@ -563,6 +572,17 @@ def _check_amount(name: str, value: object) -> None:
         raise ConfigError(f"Limits.{name} must be > 0, got {value}; use None for no limit")
 
 
+_ADDED_LIMITS = (
+    "no_progress_rounds",
+    "spreading_rounds",
+    "known_failures",
+    "baseline",
+    "max_tokens",
+    "max_cost",
+    "max_seconds",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """The budgets and caps of one run (kernel.md §5). Stored with the run.
@@ -583,7 +603,20 @@ class Limits:
     """Characters of an observation the model sees; the step keeps the full text."""
     same_failure_limit: int | None = None
     """Stop ``repeated_failure`` when one failure fingerprint has been seen this many times
-    (kernel.md §10); None (the default) turns the failure guard off. 2 is a good start."""
+    (kernel.md §10); None (the default) turns this signal off. 2 is a good start."""
+    no_progress_rounds: int | None = None
+    """Stop ``repeated_failure`` when the number of failing checks has not gone below its
+    fewest for this many rounds in a row (no net progress); None turns it off."""
+    spreading_rounds: int | None = None
+    """Stop ``repeated_failure`` when the files changed so far grew in this many rounds in a
+    row (each fix opens a new front); None turns it off."""
+    known_failures: tuple[str, ...] = ()
+    """Failures known before the run (unrelated to its goal): each a failing check as
+    ``Failure.check`` reads it (``tests/test_x.py::test_y``) or a failure fingerprint. They
+    never count toward ``same_failure_limit``; the escalation report lists them apart."""
+    baseline: bool = False
+    """Take the failures the run sees before its first reported edit (its first test run)
+    as known too, each until an edit is seen to affect it (see :mod:`polyloop.kernel.ledger`)."""
     max_tokens: int | None = None
     """Input plus output tokens over every model-call attempt of the run, as the providers
     reported them (``token_budget``). An attempt whose provider reported no usage counts 0 (the
@@ -606,15 +639,42 @@ class Limits:
         _check_limit("max_tokens", self.max_tokens, optional=True)
         _check_amount("max_cost", self.max_cost)
         _check_amount("max_seconds", self.max_seconds)
+        _check_limit("no_progress_rounds", self.no_progress_rounds, optional=True)
+        _check_limit("spreading_rounds", self.spreading_rounds, optional=True)
+        known = self.known_failures
+        if type(known) is not tuple:
+            if isinstance(known, str) or not isinstance(known, Sequence):
+                raise ConfigError(
+                    f"Limits.known_failures must be a list of checks or fingerprints, got {known!r}"
+                )
+            known = tuple(known)
+            object.__setattr__(self, "known_failures", known)
+        for item in known:
+            if not isinstance(item, str) or not item:
+                raise ConfigError(
+                    f"Limits.known_failures holds {item!r}: each must be a non-empty str (a "
+                    "failing check or a fingerprint)"
+                )
+        if type(self.baseline) is not bool:
+            raise ConfigError(f"Limits.baseline must be a bool, got {self.baseline!r}")
 
-    def to_dict(self) -> dict[str, int | float | None]:
-        """A JSON-ready dict of every limit (the three added with the token, cost and time
-        budgets only when set, so the limits of a run without them are stored as before)."""
-        out = {name: getattr(self, name) for name in self.__slots__}
-        for name in ("max_tokens", "max_cost", "max_seconds"):
-            if out[name] is None:
-                del out[name]
-        return out
+    @property
+    def failure_guard(self) -> bool:
+        """Any of the failure guard's stop signals is on (its ledger is kept)."""
+        return bool(self.same_failure_limit or self.no_progress_rounds or self.spreading_rounds)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the limits: the first six always, those added since (the
+        failure guard's, the token, cost and time budgets) only when set, so a run that sets
+        none of them stores what older readers read."""
+        d: dict[str, Any] = {
+            name: getattr(self, name) for name in self.__slots__ if name not in _ADDED_LIMITS
+        }
+        for name in _ADDED_LIMITS:
+            value = getattr(self, name)
+            if value:
+                d[name] = list(value) if isinstance(value, tuple) else value
+        return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Limits:
