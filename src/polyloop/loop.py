@@ -20,6 +20,7 @@ from .types import (
     Limits,
     Message,
     Observer,
+    ReportHook,
     RetryPolicy,
     RunEndGuard,
     RunResult,
@@ -65,6 +66,10 @@ class Loop:
         clock: time source for timings and backoff (``polyloop.testing.FakeClock`` in tests).
         guards: run-end guards, checked in order when the model gives a final answer; a plain
             function becomes ``RunEndGuard(fn)`` (named after it, at most 2 steers).
+        report_hook: ``report_hook(report) -> [direction, ...]``: candidate directions of
+            your own for the escalation report of a ``repeated_failure`` run, appended to
+            those PolyLoop reads from the ledger (sync; must not block; an exception it raises
+            propagates and the run stays resumable).
 
     Raises:
         TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
@@ -92,6 +97,7 @@ class Loop:
         clock: Clock | None = None,
         guards: Sequence[RunEndGuard | GuardCheck] = (),
         wrap_up: bool = False,
+        report_hook: ReportHook | None = None,
     ) -> None:
         if tools is not None and environment is not None:
             raise TypeError(
@@ -104,6 +110,8 @@ class Loop:
             raise ConfigError(f"cancel_grace_s must be >= 0, got {cancel_grace_s}")
         if lease_ttl_s <= 0:
             raise ConfigError(f"lease_ttl_s must be > 0, got {lease_ttl_s}")
+        if report_hook is not None and not callable(report_hook):
+            raise TypeError(f"report_hook must be callable, got {report_hook!r}")
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a polyloop.Limits, got {type(limits).__name__}")
         if environment is None:
@@ -128,6 +136,7 @@ class Loop:
                 guards=_guards(guards),
                 wrap_up_prompt=templates.wrap_up if wrap_up else None,
                 wrap_up_no_action=templates.wrap_up_no_action,
+                report_hook=report_hook,
             )
         )
 

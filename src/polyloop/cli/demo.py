@@ -160,9 +160,9 @@ def demo_tools(workspace: Path) -> ToolRegistry:
         out, _ = await proc.communicate()
         text = out.decode(errors="replace").strip()
         report = extract_failures(text) if proc.returncode else None
-        failure = report.representative if report is not None else None
+        failures = report.failures if report is not None else ()
         return Outcome(
-            ActionStatus.executed, f"exit code {proc.returncode}\n{text}", failure=failure
+            ActionStatus.executed, f"exit code {proc.returncode}\n{text}", failures=failures
         )
 
     @registry.tool(completion_marker=True)

@@ -260,7 +260,9 @@ async def settle(
         )
         reason = stopping.failure_repeated(signals)
         if reason is not None:
-            report = build_report(d.run_id, (*st.steps, step), st.ledger, st.limits, signals)
+            report = build_report(
+                d.run_id, (*st.steps, step), st.ledger, st.limits, signals, d.cfg.report_hook
+            )
     if reason is not None:
         detail = env_detail(outcome) if reason is StopReason.env_error else None
         return await d._end(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -11,11 +12,14 @@ from ..types import (
     FailureSeen,
     FingerprintEntry,
     Limits,
+    ReportHook,
     RoundEntry,
     StepRecord,
     StopReason,
+    clean_text,
     detect_pattern,
 )
+from .decision import decide
 from .ledger import Ledger
 
 __all__ = ["build_report"]
@@ -92,9 +96,11 @@ def build_report(
     ledger: Ledger,
     limits: Limits,
     signals: Sequence[str],
+    hook: ReportHook | None = None,
 ) -> EscalationReport:
     """Group the counted rounds by fingerprint, list the actions between the first and the
-    last failure, the rounds and the known failures, and name the pattern."""
+    last failure, the rounds and the known failures, name the pattern and the decision left
+    (:mod:`.decision`), then add the caller's directions (``hook``)."""
     counted = [seen for seen in ledger.rounds if not seen.known] or ledger.rounds
     entries: dict[str, FingerprintEntry] = {}
     for seen in counted:
@@ -114,18 +120,44 @@ def build_report(
     )
     touched, per_round = _touched(steps, ledger, counted, last)
     pattern = detect_pattern([seen.fingerprint for seen in counted], per_round)
-    return EscalationReport(
+    rounds = _rounds(ledger)
+    known = ledger.known_entries(limits)
+    test_edits = tuple(ledger.test_edits)
+    fingerprints = tuple(entries.values())
+    decision = decide(
+        pattern, signals, fingerprints, rounds, known, test_edits, limits.no_progress_rounds
+    )
+    report = EscalationReport(
         run_id=run_id,
         stop_reason=StopReason.repeated_failure.value,
         stopped_at_step=last,
         limit=limits.same_failure_limit or 0,
         pattern=pattern,
-        fingerprints=tuple(entries.values()),
+        fingerprints=fingerprints,
         attempts=attempts,
         files_touched=tuple(touched),
+        question=decision.question,
         signals=tuple(signals),
         why=_why(limits, signals, ledger),
-        rounds=_rounds(ledger),
-        known=ledger.known_entries(limits),
-        test_edits=tuple(ledger.test_edits),
+        rounds=rounds,
+        known=known,
+        test_edits=test_edits,
+        conflict=decision.conflict,
+        directions=decision.directions,
     )
+    return report if hook is None else with_hook(report, hook)
+
+
+def with_hook(report: EscalationReport, hook: ReportHook) -> EscalationReport:
+    """``report`` with the directions ``hook`` adds after its own (their text cleaned).
+
+    Raises:
+        TypeError: the hook returned something other than a sequence of str.
+    """
+    added = hook(report)
+    if isinstance(added, str) or not all(isinstance(d, str) for d in added):
+        raise TypeError(f"report_hook must return a sequence of str, got {added!r}")
+    if not added:
+        return report
+    more = tuple(clean_text(d)[0] for d in added)
+    return dataclasses.replace(report, directions=(*report.directions, *more))

@@ -61,6 +61,7 @@ from ..types import (
     PendingAction,
     Record,
     ReplayPolicy,
+    ReportHook,
     RetryPolicy,
     RunDetached,
     RunEnd,
@@ -115,6 +116,8 @@ class KernelConfig:
     """``Loop(wrap_up=True)``: the wrap-up call's message (``Templates.wrap_up``); None: off."""
     wrap_up_no_action: str = ""
     """The observation of a wrap-up reply that called a tool (``Templates.wrap_up_no_action``)."""
+    report_hook: ReportHook | None = None
+    """``Loop(report_hook=...)``: adds the caller's directions to an escalation report."""
     end_write_timeout_s: float = 10.0
 
 

@@ -60,7 +60,15 @@ from ._records import (
     record_to_dict,
 )
 from ._records_json import record_json
-from ._report import EscalationReport, FingerprintEntry, KnownEntry, RoundEntry, detect_pattern
+from ._report import (
+    Conflict,
+    EscalationReport,
+    FingerprintEntry,
+    KnownEntry,
+    ReportHook,
+    RoundEntry,
+    detect_pattern,
+)
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
@@ -100,6 +108,7 @@ __all__ = [
     "ActionStatus",
     "Complete",
     "ConfigError",
+    "Conflict",
     "Decision",
     "EnvironmentFailure",
     "ErrorInfo",
@@ -141,6 +150,7 @@ __all__ = [
     "Pricing",
     "Record",
     "ReplayPolicy",
+    "ReportHook",
     "RetryPolicy",
     "RoundEntry",
     "RunDetached",

@@ -48,8 +48,10 @@ class StopReason(enum.StrEnum):
     resume_state_unknown = "resume_state_unknown"
     """Resume found an action intent without a result that may not be replayed."""
     repeated_failure = "repeated_failure"
-    """(v1.1, appended) One failure fingerprint was seen ``Limits.same_failure_limit`` times:
-    the loop is going in circles; ``RunResult.report`` says how, for a human to decide."""
+    """(v1.1, appended) A stop signal of the failure guard fired — one failure fingerprint
+    seen ``Limits.same_failure_limit`` times, ``no_progress_rounds`` rounds without fewer
+    failing checks, or ``spreading_rounds`` rounds of spreading edits: the loop is going in
+    circles; ``RunResult.report`` says how, for a human to decide."""
     token_budget = "token_budget"
     """(appended) The run's model calls used ``Limits.max_tokens`` input plus output tokens, as
     the providers reported them."""

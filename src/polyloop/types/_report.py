@@ -5,14 +5,22 @@ run's end record and carried by ``RunResult.report``."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from ._ledger import TestEdit
 from ._values import Failure, canonical_json
 
-__all__ = ["EscalationReport", "FingerprintEntry", "KnownEntry", "RoundEntry", "detect_pattern"]
+__all__ = [
+    "Conflict",
+    "EscalationReport",
+    "FingerprintEntry",
+    "KnownEntry",
+    "ReportHook",
+    "RoundEntry",
+    "detect_pattern",
+]
 
 _DEFAULT_QUESTION = (
     "The same failure keeps coming back: which behaviour is intended, and what should the next "
@@ -59,6 +67,35 @@ class KnownEntry:
     released_at: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Two failing checks that trade places (the ``alternating`` pattern): in the rounds
+    ``first_passes`` the first passed while the second failed, in ``second_passes`` the
+    reverse. Each failure is as it was last reported."""
+
+    first: Failure
+    second: Failure
+    first_passes: tuple[int, ...]
+    second_passes: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first": self.first.to_dict(),
+            "second": self.second.to_dict(),
+            "first_passes": list(self.first_passes),
+            "second_passes": list(self.second_passes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Conflict:
+        return cls(
+            Failure(**d["first"]),
+            Failure(**d["second"]),
+            tuple(d["first_passes"]),
+            tuple(d["second_passes"]),
+        )
+
+
 def _failure_from(d: Mapping[str, Any]) -> Failure:
     return Failure(d["check"], d["error_type"], d["top_frame"], d["message"])
 
@@ -79,7 +116,13 @@ class EscalationReport:
     ``fingerprints`` are the failures counted; ``known`` the known ones, listed apart;
     ``rounds`` the ledger round by round; ``attempts`` the actions between the first and the
     last failure, in order; ``files_touched`` the files they changed; ``test_edits`` every
-    edit of a test file in the run. ``question`` is the decision left for the caller.
+    edit of a test file in the run.
+
+    ``question`` is the decision left for a person, built from the ledger for the pattern
+    (for ``alternating``: the two checks side by side with their messages, and what separates
+    them); ``conflict`` holds those two checks. ``directions`` are the candidate next steps,
+    read from what the attempts did, then those the caller's ``report_hook`` added. All of it
+    is deterministic: PolyLoop calls no model to write it.
     """
 
     run_id: str
@@ -97,6 +140,8 @@ class EscalationReport:
     rounds: tuple[RoundEntry, ...] = ()
     known: tuple[KnownEntry, ...] = ()
     test_edits: tuple[TestEdit, ...] = ()
+    conflict: Conflict | None = None
+    directions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``to_json`` is its canonical JSON)."""
@@ -145,6 +190,8 @@ class EscalationReport:
                 {"step_idx": t.step_idx, "path": t.path, "tampering": list(t.tampering)}
                 for t in self.test_edits
             ],
+            "conflict": None if self.conflict is None else self.conflict.to_dict(),
+            "directions": list(self.directions),
         }
 
     def to_json(self) -> str:
@@ -198,6 +245,8 @@ class EscalationReport:
             rounds,
             known,
             edits,
+            None if d.get("conflict") is None else Conflict.from_dict(d["conflict"]),
+            tuple(d.get("directions", ())),
         )
 
     def to_markdown(self) -> str:
@@ -252,8 +301,18 @@ class EscalationReport:
         lines += [f"{i}. `{a}`" for i, a in enumerate(self.attempts, start=1)] or ["(none)"]
         if self.files_touched:
             lines += ["", "**Files touched:** " + ", ".join(f"`{p}`" for p in self.files_touched)]
+        if self.directions:
+            lines += ["", "**Candidate directions**", ""]
+            lines += [f"{chr(ord('A') + i)}. {d}" for i, d in enumerate(self.directions[:26])]
         lines += ["", f"**Left for you to decide:** {self.question}", ""]
         return "\n".join(lines)
+
+
+ReportHook: TypeAlias = Callable[[EscalationReport], Sequence[str]]
+"""``report_hook(report) -> directions``: more candidate directions for an escalation report,
+appended to the ones PolyLoop read from the ledger (``Loop(report_hook=...)``). Called once,
+before the end record is written; it must not block, and an exception it raises is a bug
+that propagates (the run stays resumable, and resuming calls it again)."""
 
 
 def _signs(t: TestEdit) -> str:
