@@ -262,3 +262,26 @@ def test_the_new_limits_are_checked_and_stored_only_when_set() -> None:
         Limits(no_progress_rounds=0)
     with pytest.raises(ConfigError, match="baseline must be a bool"):
         Limits(baseline=1)  # type: ignore[arg-type]
+
+
+async def test_with_the_budget_hint_the_model_sees_how_often_the_failure_was_seen() -> None:
+    from polyloop.context import ChatContextBuilder
+
+    journal = MemoryJournal()
+    suite = Suite([[A], [A], [B]])
+    loop = Loop(
+        edit_then_run(["orders.py"]),
+        tools=suite.tools,
+        context=ChatContextBuilder(budget_hint=True),
+        limits=Limits(max_steps=6, same_failure_limit=3),
+        journal=journal,
+    )
+    r = await loop.run("fix", run_id="h")
+    tool_texts = [m["content"] for m in r.messages if m["role"] == "tool"]
+    assert tool_texts[0].endswith("[step 1 of 6]")  # an edit: nothing counted
+    assert tool_texts[1].endswith("[step 2 of 6 · this failure seen 1 of 3 times]")
+    assert tool_texts[3].endswith("[step 4 of 6 · this failure seen 2 of 3 times]")
+    assert tool_texts[5].endswith("[step 6 of 6 · this failure seen 1 of 3 times]")  # B
+    rebuilt = await Loop(edit_then_run([]), context=ChatContextBuilder(budget_hint=True),
+                         journal=journal).resume("h")  # fmt: skip
+    assert rebuilt.messages == r.messages

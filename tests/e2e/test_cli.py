@@ -985,3 +985,58 @@ def test_a_run_completed_after_editing_test_files_is_told_to_check_them() -> Non
     ]
     assert test_edit_lines(edits, "step_budget")[0] == "test files edited:"
     assert test_edit_lines([], "task_completed") == []
+
+
+async def limits_of(path: Path, run_id: str) -> Limits:
+    async with SQLiteJournal(path) as journal:
+        spec, _ = await journal.read(run_id)
+        return spec.limits
+
+
+def test_run_turns_the_failure_guard_on_and_its_options_are_stored_with_the_run(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    fake.script(completion("Nothing to do.", id="chatcmpl-1"))
+    done = cli(*run_args(fake, workspace, "--run-id", "d"))
+    assert done.code == 0, done
+    assert asyncio.run(limits_of(cli.cwd / "j.db", "d")) == Limits(same_failure_limit=2)
+    fake.script(completion("Nothing to do.", id="chatcmpl-2"))
+    chosen = ("--same-failure-limit", "0", "--no-progress-rounds", "3", "--spreading-rounds", "2")
+    known = ("--known-failure", "tests/t.py::test_a", "--known-failure", "b", "--baseline")
+    done = cli(*run_args(fake, workspace, "--run-id", "o", *chosen, *known))
+    assert done.code == 0, done
+    assert asyncio.run(limits_of(cli.cwd / "j.db", "o")) == Limits(
+        no_progress_rounds=3,
+        spreading_rounds=2,
+        known_failures=("tests/t.py::test_a", "b"),
+        baseline=True,
+    )
+    bad = cli(*run_args(fake, workspace, "--same-failure-limit", "-1"))
+    assert bad.code == 1 and bad.err.strip() == (
+        "polyloop: --same-failure-limit takes a count >= 0 (0 turns it off), got -1"
+    ), bad
+
+
+def test_a_run_stuck_on_one_failing_test_stops_repeated_failure_with_exit_code_5(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    (workspace / "test_calc.py").write_text(
+        "import unittest\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(1 + 1, 3)\n"
+    )
+    tests = json.dumps({"command": f"{sys.executable} -m unittest -q test_calc"})
+    fake.script(
+        *(
+            completion(tool_calls=[tool_call("shell", tests, id=f"c{n}")], id=f"r{n}")
+            for n in (1, 2)
+        ),
+        completion("unreachable", id="r3"),
+    )
+    model = ("--model", "openai:test-model", "--base-url", fake.url)
+    done = cli("run", "fix calc", *model, "--workspace", str(workspace), "--journal", "j.db",
+               "--tools", "files,shell")  # fmt: skip
+    assert done.code == 5, done
+    assert "run_id" not in done.err and "repeated_failure after 2 steps" in done.out, done
+    shown = cli("show", run_id_of(done.out), "--journal", "j.db")
+    assert "**Pattern:** unchanged." in shown.out, shown
+    assert "`test_calc.T.test_add` keeps failing the same way" in shown.out, shown

@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,14 @@ def run_config(
     max_prompt_chars: int | None,
     timeout_s: float | None = None,
     budgets: dict[str, Any] | None = None,
+    guard: FailureGuardArgs | None = None,
 ) -> dict[str, Any]:
     """Check the ``run`` arguments; the result is stored with the run (for ``resume``).
     ``timeout_s`` (the model call's request timeout) is stored only when given: a run
     without it uses ``OpenAIModel``'s default. ``budgets``: ``max_tokens``, ``max_cost``,
-    ``max_seconds`` (None: unbounded)."""
+    ``max_seconds`` (None: unbounded). ``guard``: the failure guard's options
+    (``polyloop run`` passes them; ``batch``, whose run ids derive from its options, does
+    not)."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
@@ -95,6 +99,7 @@ def run_config(
         max_actions=max_actions,
         max_prompt_chars=max_prompt_chars,
         **{k: v for k, v in (budgets or {}).items() if v is not None},
+        **({} if guard is None else guard.limits()),
     )
     config: dict[str, Any] = {
         "model": model,
@@ -178,6 +183,33 @@ async def add_mcp_tools(
         except ConfigError as exc:
             hint = "" if prefix else " (pass --mcp-prefix to name them SERVER_TOOL)"
             raise BadInput(f"--mcp {spec!r}: {exc}{hint}") from None
+
+
+@dataclass(frozen=True)
+class FailureGuardArgs:
+    """``polyloop run``'s failure-guard options, as given: counts of 0 turn a signal off."""
+
+    same_failure_limit: int
+    no_progress_rounds: int
+    spreading_rounds: int
+    known_failures: tuple[str, ...] = ()
+    baseline: bool = False
+
+    def limits(self) -> dict[str, Any]:
+        """The ``Limits`` fields they set. Raises ``BadInput`` for a negative count."""
+        counts = {
+            "same_failure_limit": self.same_failure_limit,
+            "no_progress_rounds": self.no_progress_rounds,
+            "spreading_rounds": self.spreading_rounds,
+        }
+        for name, n in counts.items():
+            if n < 0:
+                flag = "--" + name.replace("_", "-")
+                raise BadInput(f"{flag} takes a count >= 0 (0 turns it off), got {n}")
+        out: dict[str, Any] = {name: n or None for name, n in counts.items()}
+        out["known_failures"] = self.known_failures
+        out["baseline"] = self.baseline
+        return out
 
 
 def check_timeout(timeout_s: float) -> float:

@@ -36,6 +36,7 @@ from ._setup import (
     DEFAULT_JOURNAL,
     JOURNAL_ENV,
     BadInput,
+    FailureGuardArgs,
     add_mcp_tools,
     build_loop,
     loop_parts,
@@ -255,6 +256,42 @@ def run(
     mcp: McpOpt = None,
     mcp_prefix: McpPrefixOpt = False,
     mcp_header: McpHeaderOpt = None,
+    same_failure_limit: Annotated[
+        int,
+        typer.Option(
+            "--same-failure-limit",
+            help="Stop repeated_failure when one failure comes back this many times (0: off).",
+        ),
+    ] = 2,
+    no_progress_rounds: Annotated[
+        int,
+        typer.Option(
+            "--no-progress-rounds",
+            help="Stop after this many rounds without fewer failing tests (0: off).",
+        ),
+    ] = 0,
+    spreading_rounds: Annotated[
+        int,
+        typer.Option(
+            "--spreading-rounds",
+            help="Stop after this many rounds that each changed a new file (0: off).",
+        ),
+    ] = 0,
+    known_failure: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--known-failure",
+            metavar="CHECK",
+            help="A test failing before the run, unrelated to GOAL (repeatable): never counted.",
+        ),
+    ] = None,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline",
+            help="Take the failures of the test runs before the first edit as known.",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent on GOAL with the general workspace tools, journaled for resume.
 
@@ -263,6 +300,10 @@ def run(
     servers' annotations: polyloop tools --mcp ... lists them); the servers are stored with
     the run, and polyloop resume connects to them again. Images and binary resources their
     tools return are saved beside the journal, in JOURNAL.mcp-files.
+
+    The failure guard is on: a failing test run whose first failure has come back
+    --same-failure-limit times (2 by default) ends the run repeated_failure (exit 5) with an
+    escalation report (polyloop show). Failures known before the run never count.
 
     Example: polyloop run "make the tests pass" --model openai:gpt-4o-mini --workspace .
     """
@@ -277,6 +318,13 @@ def run(
             max_prompt_chars=max_prompt_chars,
             timeout_s=timeout,
             budgets={"max_tokens": max_tokens, "max_cost": max_cost, "max_seconds": max_seconds},
+            guard=FailureGuardArgs(
+                same_failure_limit,
+                no_progress_rounds,
+                spreading_rounds,
+                tuple(known_failure or ()),
+                baseline,
+            ),
         )
         servers = mcp_config(mcp or [], prefix=mcp_prefix, headers=mcp_header or [])
     except (BadInput, PolyLoopError) as exc:

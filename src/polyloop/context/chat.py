@@ -201,8 +201,13 @@ class ChatContext:
                 left = max(limits.max_actions - turn.actions_executed, 0)
                 actions = f" · {left} actions left"
             actions += _spend_left(limits, turn.totals)
+            failure = ""
+            if turn.failure_seen and limits.same_failure_limit is not None:
+                failure = self._templates.failure_hint.format(
+                    seen=turn.failure_seen, limit=limits.same_failure_limit
+                )
             text += self._templates.budget_hint.format(
-                step=turn.steps_used, max_steps=limits.max_steps, actions=actions
+                step=turn.steps_used, max_steps=limits.max_steps, actions=actions, failure=failure
             )
         return text
 
@@ -284,8 +289,9 @@ class ChatContextBuilder:
         templates: the wording PolyLoop writes for the model.
         budget_hint: append ``templates.budget_hint`` (steps used of ``max_steps``, and what is
             left of each of ``max_actions``, ``max_tokens``, ``max_cost``, ``max_seconds`` that
-            is set, e.g. ``[step 3 of 30 · 1200 tokens left · $0.42 left · 35 s left]``) to
-            every observation the model sees. The time left is as of the step's write, so a
+            is set, e.g. ``[step 3 of 30 · 1200 tokens left · $0.42 left · 35 s left]``; with
+            ``same_failure_limit``, how often the failure counted at this step has been seen)
+            to every observation the model sees. The time left is as of the step's write, so a
             resumed run rebuilds the same text.
     """
 

@@ -109,6 +109,8 @@ class Ledger:
     """The fewest failing checks any round reported."""
     stale: int = 0
     spreading: int = 0
+    last_count: tuple[int, int] = (-1, 0)
+    """(step, times seen) of the last round that counted a fingerprint."""
 
     def observe(
         self, step_idx: int, outcome: Outcome, action: str | None, limits: Limits, *, judged: bool
@@ -167,6 +169,7 @@ class Ledger:
             fp = prints[counted]
             seen = self.counts.get(fp, 0) + 1
             self.counts[fp] = seen
+            self.last_count = (step_idx, seen)
         first = 0 if counted is None else counted
         entry = FailureSeen(
             step_idx,
@@ -189,6 +192,12 @@ class Ledger:
         self.new_file = False
         self.changed = []
         return Observed(tuple(records), seen, self.stale, self.spreading)
+
+    def seen_at(self, step_idx: int) -> int:
+        """How often the fingerprint counted at step ``step_idx`` had then been counted, if
+        it was the last step that counted one (for the model's budget hint); else 0."""
+        step, seen = self.last_count
+        return seen if step == step_idx else 0
 
     def _known(self, f: Failure, fp: str, name: str, step_idx: int, limits: Limits) -> bool:
         given = limits.known_failures

@@ -213,7 +213,8 @@ def replay(
                             len(st.steps),
                             st.actions_executed,
                             st.limits,
-                            st.turn_totals(st.active_s),
+                            failure_seen=st.ledger.seen_at(step.step_idx),
+                            totals=st.turn_totals(st.active_s),
                         )
                     )
                 cur = None

@@ -434,7 +434,16 @@ class RunDriver:
         st.steps.append(step)
         active = self._active()
         self.context.add_step(
-            Turn(step, reply, cut, len(st.steps), st.actions_executed, st.limits, st.totals(active))
+            Turn(
+                step,
+                reply,
+                cut,
+                len(st.steps),
+                st.actions_executed,
+                st.limits,
+                failure_seen=st.ledger.seen_at(step.step_idx),
+                totals=st.turn_totals(active),
+            )
         )
         return StepWritten(step, active)
 

@@ -713,6 +713,8 @@ class Turn:
         steps_used: steps in the trajectory including this one.
         actions_executed: executed actions including this one.
         limits: the limits in force for this step (for an opt-in budget hint).
+        failure_seen: how often the failure the failure guard counted at this step has been
+            counted so far, this step included (0 when it counted none), for the hint.
         totals: what the run had spent when the step was written (tokens, cost, active
             seconds), for the hint of the token, cost and time budgets; None when the run has
             none of those budgets.
@@ -724,4 +726,5 @@ class Turn:
     steps_used: int
     actions_executed: int
     limits: Limits
+    failure_seen: int = 0
     totals: RunTotals | None = None

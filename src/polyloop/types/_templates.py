@@ -18,7 +18,7 @@ __all__ = ["DEFAULT_TEMPLATES", "Templates"]
 class Templates:
     """The model-visible wording. Fields name their ``str.format`` placeholders."""
 
-    version: str = "polyloop-1"
+    version: str = "polyloop-2"
     system_prompt: str = (
         "You are an agent working toward a goal in an environment. Each turn, take exactly one "
         "action by calling one tool. When the goal is reached, reply with your final answer "
@@ -71,9 +71,13 @@ class Templates:
     )
     observation_cut: str = "\n[... {cut} more characters not shown]"
     """Placeholders: ``cut``."""
-    budget_hint: str = "\n[step {step} of {max_steps}{actions}]"
+    budget_hint: str = "\n[step {step} of {max_steps}{actions}{failure}]"
     """Placeholders: ``step`` (1-based, the step just finished), ``max_steps``, ``actions``
-    (``" · N actions left"`` when an action budget is set, else "")."""
+    (``" · N actions left"`` when an action budget is set, else ""), ``failure``
+    (:attr:`failure_hint` when the failure guard counted a failure at this step, else "")."""
+    failure_hint: str = " · this failure seen {seen} of {limit} times"
+    """Placeholders: ``seen`` (times the failure counted at this step has been seen),
+    ``limit`` (``Limits.same_failure_limit``: the run stops when ``seen`` reaches it)."""
 
     # --- JsonTextInterpreter ----------------------------------------------------------------
     # Literal braces are doubled ({{ }}) because these are str.format templates. Every
