@@ -17,6 +17,7 @@ from polyloop import (
     ModelReply,
     Outcome,
     StopReason,
+    ToolContext,
     ToolRegistry,
 )
 from polyloop.journal import MemoryJournal
@@ -285,3 +286,43 @@ async def test_with_the_budget_hint_the_model_sees_how_often_the_failure_was_see
     rebuilt = await Loop(edit_then_run([]), context=ChatContextBuilder(budget_hint=True),
                          journal=journal).resume("h")  # fmt: skip
     assert rebuilt.messages == r.messages
+
+
+# --- the crash-injection scenario (tests/durability/test_crash_injection.py) -------------------
+
+# What each test run reports, by its step: keyed by step, so a test run done again on resume
+# reports the same.
+CRASH_ROUNDS = {0: (UNRELATED, A), 2: (UNRELATED, A2), 4: (UNRELATED, B), 6: (UNRELATED, A2)}
+CRASH_LIMITS = Limits(max_steps=30, same_failure_limit=2, no_progress_rounds=5, baseline=True)
+
+
+def fix_loop(journal: object) -> Loop:
+    """A fix loop that writes every ledger record: the baseline's failure_known records (step
+    0), a test_edit (step 3), a failure_seen per round, and a repeated_failure end with its
+    report (step 6). Both tools are idempotent: a crash never leaves it unsure."""
+    tools = ToolRegistry()
+
+    @tools.tool(replay="idempotent")
+    def edit_file(path: str) -> Outcome:
+        """Edit a file."""
+        signs = ("assertion_changed",) if path.startswith("tests/") else ()
+        edit = FileEdit(path, path.startswith("tests/"), signs)
+        return Outcome(ActionStatus.executed, f"edited {path}", edits=(edit,))
+
+    @tools.tool(replay="idempotent")
+    def run_tests(ctx: ToolContext) -> Outcome:
+        """Run the tests."""
+        failing = CRASH_ROUNDS[ctx.step_idx]
+        return Outcome(ActionStatus.executed, f"{len(failing)} failed", failures=failing)
+
+    model = run_then_edit(["orders.py", "tests/t.py"])
+    return Loop(model, tools=tools, journal=journal, limits=CRASH_LIMITS)  # type: ignore[arg-type]
+
+
+async def test_the_crash_scenario_writes_every_ledger_record() -> None:
+    journal = RecordingJournal()
+    r = await fix_loop(journal).run("fix", run_id="f")
+    assert r.stop_reason == StopReason.repeated_failure and r.steps_used == 7
+    kinds = [k for batch in journal.kinds() for k in batch]
+    assert (kinds.count("failure_known"), kinds.count("failure_seen")) == (2, 4)
+    assert kinds.count("test_edit") == 1 and journal.count == 21

@@ -2,7 +2,7 @@
 tests/contract/test_resume.py on a durable journal and kills itself with SIGKILL just before
 or just after its n-th journal write. Tool side effects go to a file, which survives.
 
-    python -m tests.durability.crash_child JOURNAL N before|after EFFECTS
+    python -m tests.durability.crash_child JOURNAL N before|after EFFECTS [RUN_ID [SCENARIO]]
 
 JOURNAL is a SQLite file, or ``postgres:DSN`` for a PostgresJournal on that DSN (a store's
 ``where``, tests/durability/journals.py). :class:`ForkServer` runs many such children quickly.
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from polyloop.journal import SQLiteJournal
+from tests.contract.test_fix_loop_ledger import fix_loop
 from tests.contract.test_resume import World, new_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,11 +76,19 @@ async def opened_journal(path: str) -> Any:
     return await journal.open()
 
 
-async def main(path: str, n: int, after: bool, effects: str, run_id: str = "r") -> None:
-    world = World()
-    world.charged = Logged("charged", effects)
-    world.stored = Logged("stored", effects)
-    await new_loop(world, Dying(open_journal(path), n, after)).run("pay", run_id=run_id)
+async def main(
+    path: str, n: int, after: bool, effects: str, run_id: str = "r", scenario: str = "pay"
+) -> None:
+    """Run a scenario: ``pay`` (tests/contract/test_resume.py's) or ``fix`` (the fix loop of
+    tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record)."""
+    journal = Dying(open_journal(path), n, after)
+    if scenario == "fix":
+        await fix_loop(journal).run("fix", run_id=run_id)
+    else:
+        world = World()
+        world.charged = Logged("charged", effects)
+        world.stored = Logged("stored", effects)
+        await new_loop(world, journal).run("pay", run_id=run_id)
     sys.exit(3)  # not reached while n is within the run's writes
 
 
@@ -93,11 +102,11 @@ import tests.durability.crash_child as child
 
 print("ready", flush=True)
 for line in sys.stdin:
-    journal, run_id, n, when, effects = line.rstrip("\n").split("\t")
+    journal, run_id, n, when, effects, scenario = line.rstrip("\n").split("\t")
     pid = os.fork()
     if pid == 0:
         try:
-            asyncio.run(child.main(journal, int(n), when == "after", effects, run_id))
+            asyncio.run(child.main(journal, int(n), when == "after", effects, run_id, scenario))
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
@@ -120,20 +129,22 @@ class ForkServer:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", _FORK_SERVER,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT / "src"), str(ROOT)))},
         )  # fmt: skip
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 60)
         assert line.strip() == b"ready", line
         return cls(proc)
 
-    async def crash(self, journal: str, run_id: str, n: int, after: bool, effects: Path) -> int:
+    async def crash(
+        self, journal: str, run_id: str, n: int, after: bool, effects: Path, scenario: str = "pay"
+    ) -> int:
         """Run the scenario as ``run_id`` on the journal ``journal`` names, in a forked child
         dying around write ``n``; the child's exit code."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         async with self.lock:
             when = "after" if after else "before"
-            request = f"{journal}\t{run_id}\t{n}\t{when}\t{effects}\n"
+            request = f"{journal}\t{run_id}\t{n}\t{when}\t{effects}\t{scenario}\n"
             self.proc.stdin.write(request.encode())
             await self.proc.stdin.drain()
             reply = await asyncio.wait_for(self.proc.stdout.readline(), 60)
@@ -150,4 +161,4 @@ class ForkServer:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "after", sys.argv[4]))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "after", *sys.argv[4:7]))

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from polyloop import StopReason
 from polyloop.types import RunEnd
-from tests.contract.test_resume import World, new_loop, reference
+from tests.conftest import RecordingJournal
+from tests.contract.test_fix_loop_ledger import fix_loop
+from tests.contract.test_resume import World, comparable, new_loop, reference
 from tests.durability.crash_child import ForkServer
-from tests.durability.journals import Store, check_resumed, never_replay_intents
+from tests.durability.journals import Store, check_resumed, never_replay_intents, records_of
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
@@ -80,3 +84,47 @@ async def test_sigkill_around_every_write_then_resume_in_another_process(
     )
     assert len(rows) == len(writes)
     assert all(ends == 1 and count == top for _, ends, count, top in rows), rows
+
+
+LEDGER_KINDS = ("failure_seen", "failure_known", "test_edit")
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+async def test_sigkill_around_every_write_of_a_fix_loop_then_resume_rebuilds_its_ledger(
+    after: bool, journal_backend: Store, tmp_path: Path
+) -> None:
+    """The fix loop writes every failure-ledger record (the baseline's known failures, a test
+    edit, a round per test run) and ends repeated_failure with its report: killed around each
+    of its writes and resumed in another process, it ends with the same report and test edits,
+    and its journal holds each ledger record exactly once."""
+    store = journal_backend
+    ref_journal = RecordingJournal()
+    ref = await fix_loop(ref_journal).run("fix", run_id="f")
+    assert ref.stop_reason == StopReason.repeated_failure and ref.report is not None
+    writes = ref_journal.count
+    ref_kinds = [r.kind for r in ref_journal.inner.records("f")]
+    server = await ForkServer.start()
+
+    async def one(n: int, journal: Any) -> None:
+        run_id = f"f{n}"
+        code = await server.crash(store.where, run_id, n, after, tmp_path / "fx", "fix")
+        assert code == -signal.SIGKILL, (n, code)
+        r = await fix_loop(journal).resume(run_id)
+        assert r.stop_reason == ref.stop_reason, n
+        assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps], n
+        assert r.report == replace(ref.report, run_id=run_id), n  # type: ignore[arg-type]
+        assert r.test_edits == ref.test_edits, n
+        kinds = [x.kind for x in await records_of(journal, run_id)]
+        for kind in LEDGER_KINDS:
+            assert kinds.count(kind) == ref_kinds.count(kind), (n, kind)
+
+    try:
+        async with store.journal() as journal:
+            for n in range(1, writes + 1):
+                await one(n, journal)
+    finally:
+        await server.close()
+    rows = store.sql(
+        "SELECT kind, count(*) FROM journal WHERE kind IN (?, ?, ?) GROUP BY kind", *LEDGER_KINDS
+    )
+    assert dict(rows) == {k: writes * ref_kinds.count(k) for k in LEDGER_KINDS}

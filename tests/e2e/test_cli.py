@@ -269,7 +269,10 @@ def test_demo_runs_both_scenes_and_its_inspect_commands_work(cli: CLI, tmp_path:
     assert done.code == 0, done
     assert "Traceback" not in done.err, done
     out = done.out
-    assert "Scene 1" in out and "Scene 2" in out, out
+    assert "Scene 1" in out and "Scene 2" in out and "Scene 3" in out, out
+    # the third scene's report names the two tests that trade places, and what to decide
+    assert "**Rounds**" in out and "**Candidate directions**" in out, out
+    assert re.search(r"Left for you to decide:\*\* `\S+shipped\S+` and `\S+stock` trade", out), out
     assert out.count("-> task_completed") >= 2, out  # scene 1, and scene 2 once resumed
     assert re.search(r"child pid \d+ killed while its test run was in flight", out), out
     assert "action intent for step 2" in out, out

@@ -6,7 +6,8 @@ Scene 2: the same run starts in a child process, which is killed (SIGKILL) in th
 step, while its test run is in flight; the run is then resumed from the SQLite journal.
 Scene 3: a model that alternates between two wrong fixes (fix A breaks one test, fix B
 another); the failure guard stops it on the third round with ``repeated_failure`` and an
-escalation report for a human.
+escalation report for a human: the rounds and what each changed, the two tests side by side
+with their messages, candidate directions, and the question that separates them.
 
 Only the model is scripted; the loop, the tools and the journal are the code paths a real run
 uses. Nothing here needs a network or an API key.
@@ -21,7 +22,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from polyloop import (
@@ -138,8 +139,9 @@ def oscillating_reply(request: ModelRequest) -> ModelReply:
     return OSCILLATING[min(request.step_idx, len(OSCILLATING) - 1)]
 
 
-def demo_tools(workspace: Path) -> ToolRegistry:
-    """The general workspace tools plus a test runner and a submit tool."""
+def demo_tools(workspace: Path, writable_paths: Sequence[str] = ("shop",)) -> ToolRegistry:
+    """The general workspace tools (writing only under ``writable_paths``) plus a test runner
+    and a submit tool."""
     registry = ToolRegistry()
 
     @registry.tool(replay="idempotent")
@@ -170,7 +172,9 @@ def demo_tools(workspace: Path) -> ToolRegistry:
         """Submit a summary of the fix; this ends the run."""
         return "submitted"
 
-    return workspace_tools(workspace, writable_paths=["shop"], shell=False, registry=registry)
+    return workspace_tools(
+        workspace, writable_paths=list(writable_paths), shell=False, registry=registry
+    )
 
 
 def demo_loop(
@@ -180,10 +184,11 @@ def demo_loop(
     *,
     reply: Callable[[ModelRequest], ModelReply] = scripted_reply,
     limits: Limits = DEMO_LIMITS,
+    writable_paths: Sequence[str] = ("shop",),
 ) -> Loop:
     return Loop(
         FunctionModel(reply),
-        tools=demo_tools(workspace),
+        tools=demo_tools(workspace, writable_paths),
         journal=journal,
         limits=limits,
         observers=observers,

@@ -10,7 +10,8 @@ gives the same words; no model is called. For each pattern:
   they conflict; a direction per side, from the round whose change made that side pass;
 * ``unchanged``: the failure with where it is raised, and whether any attempt changed that file;
 * ``spreading``: the files the rounds spread over, and which the task may change;
-* ``no_progress``: the failing checks that did not get fewer;
+* ``no_progress`` (when that signal fired, unless one failure alone came back unchanged): the
+  failing checks that did not get fewer;
 * ``recurring``: the failure that came back, and the rounds after which it had passed.
 """
 
@@ -81,7 +82,7 @@ def decide(
         decision = _stuck_on_known(rounds, known, no_progress_rounds)
     elif pattern == "alternating" and len(set(prints)) >= 2:
         decision = _alternating(counted, by_print, rounds)
-    elif "no_progress" in signals and pattern != "unchanged":
+    elif "no_progress" in signals and (pattern != "unchanged" or _several_failing(rounds)):
         decision = _no_progress(last, rounds, known, no_progress_rounds)
     elif pattern == "spreading" or "spreading" in signals:
         decision = _spreading(entries[0], rounds)
@@ -97,6 +98,12 @@ def decide(
         )
         decision = Decision(decision.question, (*decision.directions, extra), decision.conflict)
     return decision
+
+
+def _several_failing(rounds: Sequence[RoundEntry]) -> bool:
+    """The last round reported more than one failing check (so one failure coming back
+    unchanged is not the whole story)."""
+    return bool(rounds) and len(set(rounds[-1].failing)) > 1
 
 
 def _alternating(
