@@ -49,6 +49,7 @@ def test_all_is_pinned() -> None:
             "DEFAULT_TEMPLATES",
             "Complete",
             "ConfigError",
+            "Escalate",
             "EscalationReport",
             "GuardContext",
             "RunEndGuard",

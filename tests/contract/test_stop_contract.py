@@ -56,6 +56,7 @@ def test_stop_reasons_only_grow_at_the_end() -> None:
         "cost_budget",
         "time_budget",
         "stopped",
+        "escalated",
     ]
 
 

@@ -19,10 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from polyloop.journal import SQLiteJournal
+from tests.contract.test_escalate import handover_loop
 from tests.contract.test_fix_loop_ledger import fix_loop
 from tests.contract.test_resume import World, new_loop
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+SCENARIOS = {"fix": fix_loop, "escalate": handover_loop}
+"""The loops other than ``pay``, by scenario name: each builds a Loop on a journal."""
 
 
 class Logged(list[str]):
@@ -79,11 +84,12 @@ async def opened_journal(path: str) -> Any:
 async def main(
     path: str, n: int, after: bool, effects: str, run_id: str = "r", scenario: str = "pay"
 ) -> None:
-    """Run a scenario: ``pay`` (tests/contract/test_resume.py's) or ``fix`` (the fix loop of
-    tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record)."""
+    """Run a scenario: ``pay`` (tests/contract/test_resume.py's), ``fix`` (the fix loop of
+    tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record) or
+    ``escalate`` (tests/contract/test_escalate.py's hand-over)."""
     journal = Dying(open_journal(path), n, after)
-    if scenario == "fix":
-        await fix_loop(journal).run("fix", run_id=run_id)
+    if scenario in SCENARIOS:
+        await SCENARIOS[scenario](journal).run("fix", run_id=run_id)
     else:
         world = World()
         world.charged = Logged("charged", effects)

@@ -25,9 +25,8 @@ import pytest
 from polyloop import StopReason
 from polyloop.types import RunEnd
 from tests.conftest import RecordingJournal
-from tests.contract.test_fix_loop_ledger import fix_loop
 from tests.contract.test_resume import World, comparable, new_loop, reference
-from tests.durability.crash_child import ForkServer
+from tests.durability.crash_child import SCENARIOS, ForkServer
 from tests.durability.journals import Store, check_resumed, never_replay_intents, records_of
 
 
@@ -90,27 +89,31 @@ LEDGER_KINDS = ("failure_seen", "failure_known", "test_edit")
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+@pytest.mark.parametrize("scenario", ["fix", "escalate"])
 async def test_sigkill_around_every_write_of_a_fix_loop_then_resume_rebuilds_its_ledger(
-    after: bool, journal_backend: Store, tmp_path: Path
+    after: bool, scenario: str, journal_backend: Store, tmp_path: Path
 ) -> None:
     """The fix loop writes every failure-ledger record (the baseline's known failures, a test
-    edit, a round per test run) and ends repeated_failure with its report: killed around each
-    of its writes and resumed in another process, it ends with the same report and test edits,
-    and its journal holds each ledger record exactly once."""
+    edit, a round per test run) and ends repeated_failure with its report; the hand-over ends
+    escalated with its report. Killed around each of its writes and resumed in another
+    process, each ends with the same report and test edits, and its journal holds each ledger
+    record exactly once."""
     store = journal_backend
+    make = SCENARIOS[scenario]
     ref_journal = RecordingJournal()
-    ref = await fix_loop(ref_journal).run("fix", run_id="f")
-    assert ref.stop_reason == StopReason.repeated_failure and ref.report is not None
+    ref = await make(ref_journal).run("fix", run_id="f")
+    assert ref.stop_reason in (StopReason.repeated_failure, StopReason.escalated)
+    assert ref.report is not None
     writes = ref_journal.count
     ref_kinds = [r.kind for r in ref_journal.inner.records("f")]
     server = await ForkServer.start()
 
     async def one(n: int, journal: Any) -> None:
         run_id = f"f{n}"
-        code = await server.crash(store.where, run_id, n, after, tmp_path / "fx", "fix")
+        code = await server.crash(store.where, run_id, n, after, tmp_path / "fx", scenario)
         assert code == -signal.SIGKILL, (n, code)
-        r = await fix_loop(journal).resume(run_id)
-        assert r.stop_reason == ref.stop_reason, n
+        r = await make(journal).resume(run_id)
+        assert (r.stop_reason, r.stop_detail) == (ref.stop_reason, ref.stop_detail), n
         assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps], n
         assert r.report == replace(ref.report, run_id=run_id), n  # type: ignore[arg-type]
         assert r.test_edits == ref.test_edits, n
@@ -127,4 +130,4 @@ async def test_sigkill_around_every_write_of_a_fix_loop_then_resume_rebuilds_its
     rows = store.sql(
         "SELECT kind, count(*) FROM journal WHERE kind IN (?, ?, ?) GROUP BY kind", *LEDGER_KINDS
     )
-    assert dict(rows) == {k: writes * ref_kinds.count(k) for k in LEDGER_KINDS}
+    assert dict(rows) == {k: writes * ref_kinds.count(k) for k in LEDGER_KINDS if k in ref_kinds}

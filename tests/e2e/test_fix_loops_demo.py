@@ -172,3 +172,45 @@ async def test_no_progress_rounds_stops_a_loop_whose_failing_set_does_not_shrink
     assert [len(x.failing) for x in report.rounds] == [2, 2, 2]
     assert {x.failing for x in report.rounds} == {(SHIPPED, RESTOCK)}
     assert "have not got fewer for 2 rounds (fewest 2, now 2" in report.question
+
+
+async def test_escalate_from_a_tool_and_from_a_guard_ends_the_fix_loop_escalated(
+    shop: Path,
+) -> None:
+    from polyloop import Escalate, GuardContext
+
+    tools = demo_tools(shop)
+
+    @tools.tool
+    def ask_product_owner(question: str) -> str:
+        """Ask the product owner a question about the requirements."""
+        raise Escalate(question, evidence={"tests": [SHIPPED, RESTOCK]})
+
+    script = [*OSCILLATING[:5], call("ask_product_owner", question="refuse or restock?")]
+    limits = Limits(max_steps=20, same_failure_limit=3)
+    loop = Loop(FunctionModel(lambda r: script[r.step_idx]), tools=tools, limits=limits)
+    r = await loop.run("fix cancel_order")
+    assert r.stop_reason == StopReason.escalated
+    assert r.stop_detail == "tool ask_product_owner: refuse or restock?"
+    report = r.report
+    assert report is not None and report.escalation is not None
+    assert report.escalation.evidence == {"tests": [SHIPPED, RESTOCK]}
+    assert [x.failing for x in report.rounds] == [(SHIPPED,), (RESTOCK,)]  # the ledger so far
+
+    def still_red(ctx: GuardContext) -> object:
+        raise Escalate("the answer claims a fix, but the last test run failed")
+
+    answer = [*OSCILLATING[:3], ModelReply("Fixed.")]
+    fresh = shop.with_name("fresh")
+    shutil.copytree(DEMO_WORKSPACE, fresh, ignore=shutil.ignore_patterns("__pycache__"))
+    loop = Loop(
+        FunctionModel(lambda r: answer[r.step_idx]),
+        tools=demo_tools(fresh),
+        limits=limits,
+        guards=[still_red],
+    )
+    r = await loop.run("fix cancel_order")
+    assert r.stop_reason == StopReason.escalated and r.final_answer is None
+    assert r.stop_detail == "guard still_red: the answer claims a fix, but the last test run failed"
+    assert r.report is not None and [x.failing for x in r.report.rounds] == [(SHIPPED,)]
+    assert [s.action_status for s in r.steps[:3]] == ["executed"] * 3

@@ -5,6 +5,7 @@ completion check and the failure guard (:mod:`.stopping` decides)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
@@ -18,6 +19,8 @@ from ..types import (
     ActionStarted,
     ActionStatus,
     EnvironmentFailure,
+    Escalate,
+    Escalation,
     Failure,
     MalformedValue,
     Outcome,
@@ -47,6 +50,7 @@ __all__ = [
     "env_detail",
     "env_failed",
     "execute",
+    "handed_over",
     "not_an_outcome",
     "not_awaitable",
     "pending_of",
@@ -112,6 +116,14 @@ def not_awaitable(value: object, method: str) -> MalformedValue:
         f"{method}() must be async, but it returned {type(value).__name__} directly (it ran, "
         f"and the action may have happened); what it returned: {seen}"
     )
+
+
+def handed_over(exc: Escalate) -> Outcome:
+    """The outcome of an action whose environment raised ``Escalate``: it ran (its effects
+    may have happened), and the run is handed to a person."""
+    text = f"Escalate: {exc.reason}"
+    escalation = Escalation(exc.reason, exc.evidence)
+    return Outcome(ActionStatus.executed, text, synthetic=True, escalation=escalation)
 
 
 def env_detail(outcome: Outcome) -> str:
@@ -197,6 +209,8 @@ async def execute(d: RunDriver, action: Action, ctx: ToolContext) -> Outcome:
         if not inspect.isawaitable(pending):  # a synchronous execute: it already ran
             raise not_awaitable(pending, "execute")
         outcome = await pending
+    except Escalate as exc:
+        return handed_over(exc)
     except (EnvironmentFailure, MalformedValue) as exc:
         return env_failed(exc)
     if not isinstance(outcome, Outcome):
@@ -263,8 +277,15 @@ async def settle(
             report = build_report(
                 d.run_id, (*st.steps, step), st.ledger, st.limits, signals, d.cfg.report_hook
             )
+    elif reason is StopReason.escalated and outcome.escalation is not None:
+        name = intent.action.tool_name
+        source = outcome.escalation.source or (f"tool {name}" if name else "the action")
+        escalation = dataclasses.replace(outcome.escalation, source=source)
+        report = d._handover_report((*st.steps, step), escalation)
     if reason is not None:
         detail = env_detail(outcome) if reason is StopReason.env_error else None
+        if report is not None and report.escalation is not None:
+            detail = report.escalation.describe()
         return await d._end(
             reason,
             detail,

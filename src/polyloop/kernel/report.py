@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ..types import (
     ActionStatus,
+    Escalation,
     EscalationReport,
     FailureSeen,
     FingerprintEntry,
@@ -26,6 +27,7 @@ __all__ = ["build_report"]
 
 _PATH_KEYS = ("path", "file", "filename", "file_path", "filepath")
 _MAX_ATTEMPT_CHARS = 200
+_HANDOVER_ATTEMPTS = 10  # the steps before a hand-over that the report lists
 
 
 def _files_of(step: StepRecord) -> list[str]:
@@ -161,3 +163,48 @@ def with_hook(report: EscalationReport, hook: ReportHook) -> EscalationReport:
         return report
     more = tuple(clean_text(d)[0] for d in added)
     return dataclasses.replace(report, directions=(*report.directions, *more))
+
+
+def build_handover_report(
+    run_id: str,
+    steps: Sequence[StepRecord],
+    ledger: Ledger,
+    limits: Limits,
+    escalation: Escalation,
+    hook: ReportHook | None = None,
+) -> EscalationReport:
+    """The report of an ``escalated`` run: who handed it over, why and with what evidence,
+    with the fix loop's ledger so far when it has one (its rounds, known failures and test
+    edits); the question is the reason, for the person to answer."""
+    last = steps[-1].step_idx
+    question = f"{escalation.source or 'The run'} needs a person: {escalation.reason}"
+    why = f"handed over by {escalation.source or 'the run'}"
+    if ledger.rounds:
+        loop = build_report(run_id, steps, ledger, limits, ())
+        report = dataclasses.replace(
+            loop,
+            stop_reason=StopReason.escalated.value,
+            stopped_at_step=last,
+            question=question,
+            why=why,
+            signals=(),
+            escalation=escalation,
+        )
+    else:
+        report = EscalationReport(
+            run_id=run_id,
+            stop_reason=StopReason.escalated.value,
+            stopped_at_step=last,
+            limit=limits.same_failure_limit or 0,
+            pattern="none",
+            fingerprints=(),
+            attempts=tuple(
+                s.action[:_MAX_ATTEMPT_CHARS] for s in steps[-_HANDOVER_ATTEMPTS:] if s.action
+            ),
+            question=question,
+            why=why,
+            known=ledger.known_entries(limits),
+            test_edits=tuple(ledger.test_edits),
+            escalation=escalation,
+        )
+    return report if hook is None else with_hook(report, hook)

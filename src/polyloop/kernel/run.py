@@ -47,6 +47,8 @@ from ..types import (
     ActionIntent,
     ActionResult,
     Complete,
+    Escalate,
+    Escalation,
     EscalationReport,
     Event,
     FinalAnswer,
@@ -84,12 +86,13 @@ from . import model_call as calling
 from . import wrap_up as wrapping
 from .ids import new_id
 from .replay import Interrupted, Replayed
+from .report import build_handover_report
 from .steps import (
     final_answer_step,
     invalid_step,
     model_failure_step,
 )
-from .text import clean_action, clean_decision
+from .text import clean_action, clean_decision, clean_escalation
 
 __all__ = ["KernelConfig", "RunDriver", "new_id"]
 
@@ -352,6 +355,20 @@ class RunDriver:
                 first = ()
             verdicts, steer, in_feedback = await self._check_guards(step_idx, decision.text)
             wall = (clock.monotonic() - t0) * 1000
+            if isinstance(steer, Escalation):  # a guard handed the run to a person
+                escalation, _ = clean_escalation(steer)
+                step = final_answer_step(
+                    step_idx, reply, call_id, prompt_chars, wall, None, replaced + bad, model
+                )
+                report = self._handover_report((*st.steps, step), escalation)
+                return await self._end(
+                    stopping.HANDED_OVER,
+                    escalation.describe(),
+                    records=(*first, *verdicts),
+                    step=step,
+                    reply=reply,
+                    report=report,
+                )
             if steer is not None:
                 step = final_answer_step(
                     step_idx, reply, call_id, prompt_chars, wall, steer.feedback,
@@ -382,10 +399,10 @@ class RunDriver:
 
     async def _check_guards(
         self, step_idx: int, answer: str
-    ) -> tuple[tuple[Record, ...], GuardVerdict | None, int]:
-        """Ask the run-end guards in order; the first steer wins. Guards at their own steer
-        limit are skipped. Returns the verdict records (written with the step), the steer, and
-        the code points replaced in its feedback."""
+    ) -> tuple[tuple[Record, ...], GuardVerdict | Escalation | None, int]:
+        """Ask the run-end guards in order; the first steer (or ``Escalate``) wins. Guards at
+        their own steer limit are skipped. Returns the verdict records (written with the
+        step), the steer or the hand-over, and the code points replaced in its feedback."""
         st = self.state
         records: list[Record] = []
         for guard in self.cfg.guards:
@@ -393,9 +410,13 @@ class RunDriver:
             if steers >= guard.max_steers:
                 continue
             ctx = GuardContext(self.run_id, self.spec.goal, tuple(st.steps), answer, steers)
-            verdict = guard.check(ctx)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
+            try:
+                verdict = guard.check(ctx)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+            except Escalate as exc:
+                escalation = Escalation(exc.reason, exc.evidence, f"guard {guard.name}")
+                return tuple(records), escalation, 0
             if isinstance(verdict, Steer):
                 feedback, bad = clean_text(verdict.feedback)
                 record = GuardVerdict(step_idx, guard.name, True, feedback)
@@ -408,6 +429,14 @@ class RunDriver:
                 )
             records.append(GuardVerdict(step_idx, guard.name, False))
         return tuple(records), None, 0
+
+    def _handover_report(
+        self, steps: tuple[StepRecord, ...], escalation: Escalation
+    ) -> EscalationReport:
+        st = self.state
+        return build_handover_report(
+            self.run_id, steps, st.ledger, st.limits, escalation, self.cfg.report_hook
+        )
 
     # -- writing ------------------------------------------------------------------------------
     async def _write(self, records: tuple[Record, ...]) -> None:

@@ -8,9 +8,11 @@ Each iteration asks, in this order:
 * B. :func:`context_overflows` — no step and no intent are written for this stop.
 * C. a model failure is always ``llm_error`` (:data:`MODEL_FAILED`).
 * D. :func:`after_invalid` — this branch skips the completion check.
-* E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`).
-* F/G. :func:`after_action` — ``env_error`` first, then completion; ``not_executed`` never
-  completes, and ``completed=False`` forever is normal; then :func:`failure_repeated`, the
+* E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`), or ``escalated``
+  (:data:`HANDED_OVER`) when a run-end guard raised ``Escalate``.
+* F/G. :func:`after_action` — ``env_error`` first, then a tool's ``Escalate``, then
+  completion; ``not_executed`` never completes, and ``completed=False`` forever is normal;
+  then :func:`failure_repeated`, the
   failure guard (its signals: :func:`failure_signals`), so a completed run is never stopped
   by it.
 """
@@ -21,6 +23,7 @@ from ..types import ActionStatus, Limits, Outcome, StopReason
 
 __all__ = [
     "FINAL_ANSWER",
+    "HANDED_OVER",
     "MODEL_FAILED",
     "admit",
     "after_action",
@@ -32,6 +35,7 @@ __all__ = [
 
 MODEL_FAILED = StopReason.llm_error
 FINAL_ANSWER = StopReason.agent_finished
+HANDED_OVER = StopReason.escalated
 
 
 def admit(
@@ -73,9 +77,12 @@ def after_invalid(limits: Limits, consecutive_invalid: int) -> StopReason | None
 
 
 def after_action(outcome: Outcome) -> StopReason | None:
-    """G. The completion check, after the step was appended."""
+    """G. The completion check, after the step was appended: ``env_error``, then a hand-over
+    (``escalated``: a person is needed, whatever else the outcome says), then completion."""
     if outcome.status is ActionStatus.env_error:
         return StopReason.env_error
+    if outcome.escalation is not None:
+        return StopReason.escalated
     if outcome.status is ActionStatus.executed and (outcome.completed or outcome.marker):
         return StopReason.task_completed
     return None

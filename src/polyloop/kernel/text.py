@@ -21,6 +21,7 @@ from ..types import (
     Action,
     Decision,
     ErrorInfo,
+    Escalation,
     Failure,
     FileEdit,
     FinalAnswer,
@@ -35,7 +36,14 @@ from ..types import (
 
 _T = TypeVar("_T")
 
-__all__ = ["clean_action", "clean_decision", "clean_error", "clean_outcome", "clean_reply"]
+__all__ = [
+    "clean_action",
+    "clean_decision",
+    "clean_error",
+    "clean_escalation",
+    "clean_outcome",
+    "clean_reply",
+]
 
 
 def _opt(text: str | None) -> tuple[str | None, int]:
@@ -160,7 +168,7 @@ def clean_outcome(outcome: Outcome) -> tuple[Outcome, int]:
     replaced."""
     observation, n = clean_text(outcome.observation)
     failure = outcome.failure
-    if failure is None and not n and not outcome.edits:
+    if failure is None and not n and not outcome.edits and outcome.escalation is None:
         return outcome, 0
     failures, k = _clean_all(outcome.failures, _clean_failure)
     n += k
@@ -171,12 +179,30 @@ def clean_outcome(outcome: Outcome) -> tuple[Outcome, int]:
         n += k
     edits, k = _clean_all(outcome.edits, _clean_edit)
     n += k
+    escalation = outcome.escalation
+    if escalation is not None:
+        escalation, k = clean_escalation(escalation)
+        n += k
     if not n:
         return outcome, 0
     cleaned = dataclasses.replace(
-        outcome, observation=observation, failure=failure, failures=failures, edits=edits
+        outcome,
+        observation=observation,
+        failure=failure,
+        failures=failures,
+        edits=edits,
+        escalation=escalation,
     )
     return cleaned, n
+
+
+def clean_escalation(escalation: Escalation) -> tuple[Escalation, int]:
+    """An escalation's reason, source and evidence (every key and string) cleaned."""
+    reason, n = clean_text(escalation.reason)
+    source, k = clean_text(escalation.source)
+    evidence, m = clean_json(escalation.evidence)
+    n += k + m
+    return (Escalation(reason, evidence, source), n) if n else (escalation, 0)
 
 
 def _clean_all(

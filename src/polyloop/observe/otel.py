@@ -78,6 +78,7 @@ ERROR_STOPS: Final = frozenset(
         "parse_failed_repeatedly",
         "resume_state_unknown",
         "repeated_failure",
+        "escalated",
     }
 )
 """Stop reasons that set the run span's status to ERROR (the others leave it unset)."""

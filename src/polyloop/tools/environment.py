@@ -21,6 +21,7 @@ from polyloop.types import (
     Action,
     ActionStatus,
     EnvironmentFailure,
+    Escalate,
     Failure,
     Outcome,
     OutcomeUnknown,
@@ -89,8 +90,10 @@ class ToolEnvironment:
       ``not_executed`` with a synthetic observation saying what was wrong; an ordinary
       exception from the tool is ``executed`` (its side effects may have happened) with the
       error as a synthetic observation and an ``Outcome.failure``; ``EnvironmentFailure`` is
-      ``env_error``. ``asyncio.CancelledError`` propagates when the call is cancelled (as
-      other ``BaseException`` does): the action may then have happened or not, which
+      ``env_error``; ``Escalate`` propagates (the kernel records the step as ``executed`` and
+      ends the run ``escalated``). ``asyncio.CancelledError`` propagates when the call is
+      cancelled (as other ``BaseException`` does): the action may then have happened or not,
+      which
       ``replay_policy`` tells resume how to treat. A ``CancelledError`` the tool raises while
       its call is not being cancelled (it awaited something another party cancelled) is an
       ordinary exception of the tool.
@@ -160,6 +163,8 @@ class ToolEnvironment:
             # Nobody cancelled the call: the tool raised it itself (it awaited something that
             # another party cancelled). Like any other exception the tool raised.
             return self._raised(tool, exc)
+        except Escalate:
+            raise  # a hand-over, not a failure of the tool: the kernel ends the run
         except EnvironmentFailure as exc:
             return Outcome(
                 ActionStatus.env_error,

@@ -63,6 +63,10 @@ class StopReason(enum.StrEnum):
     stopped = "stopped"
     """(appended) ``Loop.stop(run_id, reason)`` / ``polyloop stop`` ended the run at a step
     boundary; ``stop_detail`` is the reason given."""
+    escalated = "escalated"
+    """(appended) A tool or a run-end guard raised ``Escalate``: the run needs a person (missing
+    credentials, contradictory requirements, production data); ``RunResult.report`` carries
+    the reason and evidence."""
 
 
 class ActionStatus(enum.StrEnum):

@@ -14,14 +14,20 @@
     │                             a value type built with a field that breaks its contract
     ├── ModelCallError            one model call failed (retryable or not); raised by models
     ├── EnvironmentFailure        the environment itself is broken -> ``env_error``
-    └── OutcomeUnknown            reconcile cannot tell whether an action happened
+    ├── OutcomeUnknown            reconcile cannot tell whether an action happened
+    └── Escalate                  a tool or a run-end guard hands the run to a human
+                                  -> ``escalated`` (a stop, not a failure of PolyLoop's)
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 __all__ = [
     "ConfigError",
     "EnvironmentFailure",
+    "Escalate",
     "JournalError",
     "LeaseLost",
     "MalformedValue",
@@ -161,3 +167,32 @@ class EnvironmentFailure(PolyLoopError):
 
 class OutcomeUnknown(PolyLoopError):
     """Raised by a reconcile hook that cannot tell whether an action happened."""
+
+
+class Escalate(PolyLoopError):
+    """Raised by a tool (or an environment's ``execute``) or a run-end guard when the run
+    needs a person before it can go on: credentials are missing, requirements contradict each
+    other, production data would be needed. The step is recorded (a tool's as ``executed``,
+    its observation naming the reason; a guard's as the final-answer step it judged), and the
+    run ends at once with ``escalated`` and an escalation report carrying ``reason`` and
+    ``evidence``.
+
+    Args:
+        reason: one line saying what a person must decide or provide.
+        evidence: JSON-ready data backing it (a dict, list, str, number, or None), stored in
+            the report.
+
+    Raises:
+        MalformedValue: ``reason`` is not a non-empty str, or ``evidence`` is not JSON-ready.
+    """
+
+    def __init__(self, reason: str, *, evidence: Any = None) -> None:
+        if not isinstance(reason, str) or not reason.strip():
+            raise MalformedValue(f"Escalate.reason must be a non-empty str, got {reason!r}")
+        try:
+            json.dumps(evidence, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise MalformedValue(f"Escalate.evidence must be JSON-ready: {exc}") from None
+        super().__init__(reason)
+        self.reason = reason
+        self.evidence = evidence

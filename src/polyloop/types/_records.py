@@ -25,6 +25,7 @@ from ._report import EscalationReport
 from ._step import StepRecord
 from ._values import (
     Action,
+    Escalation,
     Failure,
     FileEdit,
     Limits,
@@ -321,7 +322,8 @@ class RunResult:
     usage: Usage | None = None
     """Token totals over all model calls whose provider reported usage; None if none did."""
     report: EscalationReport | None = None
-    """Why a ``repeated_failure`` run was stopped (``to_markdown()``/``to_json()``)."""
+    """Why a ``repeated_failure`` or ``escalated`` run was stopped (``to_markdown()``,
+    ``to_json()``)."""
     totals: RunTotals = field(default_factory=lambda: RunTotals())
     """What the run spent: tokens, cost, active seconds (the budgets of ``Limits``)."""
     test_edits: tuple[TestEdit, ...] = ()
@@ -408,6 +410,8 @@ def outcome_to(o: Outcome) -> dict[str, Any]:
         d["failures"] = [x.to_dict() for x in o.failures]
     if o.edits:
         d["edits"] = [_edit_to(e) for e in o.edits]
+    if o.escalation is not None:
+        d["escalation"] = o.escalation.to_dict()
     return d
 
 
@@ -443,6 +447,7 @@ def _outcome_from(d: Mapping[str, Any]) -> Outcome:
         edits=tuple(
             FileEdit(e["path"], e["test_file"], tuple(e["tampering"])) for e in d.get("edits", ())
         ),
+        escalation=None if d.get("escalation") is None else Escalation(**d["escalation"]),
     )
 
 

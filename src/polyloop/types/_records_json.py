@@ -130,7 +130,7 @@ def _action_intent_json(r: ActionIntent) -> str:
 
 
 def _outcome_json(o: Outcome) -> str:
-    if o.failures or o.edits:  # a test run or an edit: the reference path
+    if o.failures or o.edits or o.escalation:  # a test run, an edit: the reference path
         return canonical_json(outcome_to(o))
     f = o.failure
     failure = (

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ._ledger import TestEdit
-from ._values import Failure, canonical_json
+from ._values import Escalation, Failure, canonical_json
 
 __all__ = [
     "Conflict",
@@ -142,6 +142,8 @@ class EscalationReport:
     test_edits: tuple[TestEdit, ...] = ()
     conflict: Conflict | None = None
     directions: tuple[str, ...] = ()
+    escalation: Escalation | None = None
+    """For an ``escalated`` run: who handed it over, why, and the evidence given."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``to_json`` is its canonical JSON)."""
@@ -192,6 +194,7 @@ class EscalationReport:
             ],
             "conflict": None if self.conflict is None else self.conflict.to_dict(),
             "directions": list(self.directions),
+            "escalation": None if self.escalation is None else self.escalation.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -247,6 +250,7 @@ class EscalationReport:
             edits,
             None if d.get("conflict") is None else Conflict.from_dict(d["conflict"]),
             tuple(d.get("directions", ())),
+            None if d.get("escalation") is None else Escalation(**d["escalation"]),
         )
 
     def to_markdown(self) -> str:
@@ -258,6 +262,15 @@ class EscalationReport:
             "",
             f"**Status:** stopped `{self.stop_reason}` at step {self.stopped_at_step} ({why}).",
             f"**Pattern:** {self.pattern}.",
+        ]
+        handover = self.escalation
+        if handover is not None:
+            by = handover.source or "the environment"
+            lines += ["", f"**Handed over by** {by}: {handover.reason}"]
+            if handover.evidence is not None:
+                shown = _cell(canonical_json(handover.evidence), 400)
+                lines += ["", f"**Evidence:** `{shown}`"]
+        lines += [
             "",
             "**Failure fingerprints**",
             "",

@@ -15,6 +15,7 @@ from ._errors import ConfigError, MalformedValue
 __all__ = [
     "Action",
     "Decision",
+    "Escalation",
     "Failure",
     "FileEdit",
     "FinalAnswer",
@@ -448,6 +449,30 @@ class FileEdit:
                 raise _bad("each of FileEdit.tampering", f"one of {TAMPERING_SIGNS}", sign)
 
 
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """A hand-over to a person (:class:`~polyloop.types.Escalate`), as an outcome and the
+    escalation report carry it. ``source`` names who raised it (``tool read_secret``,
+    ``guard cites_a_source``; "" in an outcome, whose step names the tool)."""
+
+    reason: str
+    evidence: Any = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str):
+            raise _bad("Escalation.reason", "a str", self.reason)
+        if not isinstance(self.source, str):
+            raise _bad("Escalation.source", "a str", self.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "evidence": self.evidence, "source": self.source}
+
+    def describe(self) -> str:
+        """``<source>: <reason>``, the ``stop_detail`` of an ``escalated`` run."""
+        return f"{self.source}: {self.reason}" if self.source else self.reason
+
+
 def _as_tuple(value: object, field: str, item: type, expected: str) -> tuple[Any, ...]:
     """A sequence field of an Outcome as a tuple of ``item``, else ``MalformedValue``."""
     if type(value) is not tuple:
@@ -478,6 +503,9 @@ class Outcome:
             reads the whole set (known failures, net progress); () means just ``failure``.
         edits: the files the action changed (:class:`FileEdit`); only an ``executed``
             outcome's edits count.
+        escalation: the action handed the run to a person (:class:`Escalation`): the run
+            ends ``escalated`` after this step. The kernel sets it when ``execute`` raises
+            ``Escalate``; an environment may return it too.
 
     Raises:
         MalformedValue: a field breaks this contract (``completed``, ``marker`` and
@@ -496,6 +524,7 @@ class Outcome:
     failure: Failure | None = None
     failures: tuple[Failure, ...] = ()
     edits: tuple[FileEdit, ...] = ()
+    escalation: Escalation | None = None
 
     def __post_init__(self) -> None:
         # Straight-line checks: an environment builds one every step, and the kernel relies on
@@ -531,6 +560,8 @@ class Outcome:
         if self.edits or type(self.edits) is not tuple:
             edits = _as_tuple(self.edits, "Outcome.edits", FileEdit, "a tuple of FileEdit")
             object.__setattr__(self, "edits", edits)
+        if self.escalation is not None and not isinstance(self.escalation, Escalation):
+            raise _bad("Outcome.escalation", "an Escalation or None", self.escalation)
 
     @property
     def failing(self) -> tuple[Failure, ...]:

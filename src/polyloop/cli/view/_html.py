@@ -18,6 +18,7 @@ REASON_CLASS = {
     "parse_failed_repeatedly": "error",
     "resume_state_unknown": "human",
     "repeated_failure": "human",
+    "escalated": "human",
     "cancelled": "cancelled",
 }
 
