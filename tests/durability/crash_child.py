@@ -120,7 +120,7 @@ class ForkServer:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", _FORK_SERVER,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])},
         )  # fmt: skip
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 60)

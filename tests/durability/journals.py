@@ -337,7 +337,7 @@ def no_such_pid() -> int:
 
 def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``python -c code args`` from the repository, to completion."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env, check=False,

@@ -866,7 +866,7 @@ async def test_two_processes_resuming_one_run_advance_it_exactly_once(
             await new_loop(World(), recording(journal, crash_at=4, crash_after=True)).run(
                 "pay", run_id="r"
             )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     pipe = asyncio.subprocess.PIPE
     argv = [sys.executable, "-c", _RESUME_CHILD, store.where, str(go)]
     children = [
