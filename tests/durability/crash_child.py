@@ -4,6 +4,10 @@ or just after its n-th journal write. Tool side effects go to a file, which surv
 
     python -m tests.durability.crash_child JOURNAL N before|after EFFECTS
 
+Other scenarios (:data:`SCENARIOS`, for :meth:`ForkServer.crash`): ``stop`` / ``cancel`` run the
+same scenario, its model asking its own Loop to stop (cancel) the run during step 3's call;
+``request`` stops an existing run from this process, its request being write 1.
+
 JOURNAL is a SQLite file, or ``postgres:DSN`` for a PostgresJournal on that DSN (a store's
 ``where``, tests/durability/journals.py). :class:`ForkServer` runs many such children quickly.
 """
@@ -14,12 +18,17 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from polyloop import Loop, ModelReply
 from polyloop.journal import SQLiteJournal
-from tests.contract.test_resume import World, new_loop
+from polyloop.testing import FakeClock, FunctionModel
+from polyloop.types import ModelRequest
+from tests.contract.test_resume import World, new_loop, script
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +49,9 @@ class Logged(list[str]):
 
 
 class Dying:
-    """Delegates to the journal; SIGKILLs the process around its n-th append."""
+    """Delegates to the journal; SIGKILLs the process around its n-th write: an append, or a
+    request to end a run (``request_end``). "After" a write that raised (a cancelled append
+    still lands) is after it too."""
 
     def __init__(self, inner: Any, n: int, after: bool) -> None:
         self.inner, self.n, self.after, self.count = inner, n, after, 0
@@ -49,12 +60,21 @@ class Dying:
         return getattr(self.inner, name)
 
     async def append(self, lease: Any, records: Sequence[Any]) -> None:
+        await self._write(self.inner.append(lease, records))
+
+    async def request_end(self, run_id: str, request: Any, **kw: Any) -> Any:
+        return await self._write(self.inner.request_end(run_id, request, **kw))
+
+    async def _write(self, write: Awaitable[T]) -> T:
         self.count += 1
-        if self.count == self.n and not self.after:
+        mine = self.count
+        if mine == self.n and not self.after:
             os.kill(os.getpid(), signal.SIGKILL)
-        await self.inner.append(lease, records)
-        if self.count == self.n and self.after:
-            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            return await write
+        finally:
+            if mine == self.n and self.after:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 def open_journal(path: str) -> Any:
@@ -75,12 +95,45 @@ async def opened_journal(path: str) -> Any:
     return await journal.open()
 
 
-async def main(path: str, n: int, after: bool, effects: str, run_id: str = "r") -> None:
+ASKED_AT_STEP = 3
+"""The step during whose model call the ``stop`` and ``cancel`` scenarios ask."""
+
+
+def asking_loop(world: World, journal: Any, kind: str) -> Loop:
+    """The contract scenario's Loop, its model asking this Loop to ``kind`` (stop or cancel)
+    the run during the call of step :data:`ASKED_AT_STEP` (each attempt, so a resumed run asks
+    again), then answering as the script does."""
+    loop: Loop
+
+    async def fn(request: ModelRequest) -> ModelReply:
+        if request.step_idx == ASKED_AT_STEP:
+            if kind == "stop":
+                await loop.stop(request.run_id, "enough", by="the model")
+            else:
+                await loop.cancel(request.run_id, reason="enough", by="the model")
+        return script(request)
+
+    loop = Loop(FunctionModel(fn), tools=world.tools(), journal=journal, clock=FakeClock())
+    return loop
+
+
+SCENARIOS = ("run", "stop", "cancel", "request")
+
+
+async def main(
+    path: str, n: int, after: bool, effects: str, run_id: str = "r", scenario: str = "run"
+) -> None:
     world = World()
     world.charged = Logged("charged", effects)
     world.stored = Logged("stored", effects)
-    await new_loop(world, Dying(open_journal(path), n, after)).run("pay", run_id=run_id)
-    sys.exit(3)  # not reached while n is within the run's writes
+    journal = Dying(open_journal(path), n, after)
+    if scenario == "run":
+        await new_loop(world, journal).run("pay", run_id=run_id)
+    elif scenario == "request":
+        await new_loop(world, journal).stop(run_id, "halt", by="the requester")
+    else:
+        await asking_loop(world, journal, scenario).run("pay", run_id=run_id)
+    sys.exit(3)  # not reached while n is within the scenario's writes
 
 
 # -- the fork server --------------------------------------------------------------------------
@@ -93,11 +146,11 @@ import tests.durability.crash_child as child
 
 print("ready", flush=True)
 for line in sys.stdin:
-    journal, run_id, n, when, effects = line.rstrip("\n").split("\t")
+    journal, run_id, n, when, effects, scenario = line.rstrip("\n").split("\t")
     pid = os.fork()
     if pid == 0:
         try:
-            asyncio.run(child.main(journal, int(n), when == "after", effects, run_id))
+            asyncio.run(child.main(journal, int(n), when == "after", effects, run_id, scenario))
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
@@ -127,13 +180,22 @@ class ForkServer:
         assert line.strip() == b"ready", line
         return cls(proc)
 
-    async def crash(self, journal: str, run_id: str, n: int, after: bool, effects: Path) -> int:
-        """Run the scenario as ``run_id`` on the journal ``journal`` names, in a forked child
-        dying around write ``n``; the child's exit code."""
+    async def crash(
+        self,
+        journal: str,
+        run_id: str,
+        n: int,
+        after: bool,
+        effects: Path,
+        scenario: str = "run",
+    ) -> int:
+        """Run ``scenario`` (:data:`SCENARIOS`) as ``run_id`` on the journal ``journal`` names,
+        in a forked child dying around write ``n``; the child's exit code."""
+        assert scenario in SCENARIOS
         assert self.proc.stdin is not None and self.proc.stdout is not None
         async with self.lock:
             when = "after" if after else "before"
-            request = f"{journal}\t{run_id}\t{n}\t{when}\t{effects}\n"
+            request = f"{journal}\t{run_id}\t{n}\t{when}\t{effects}\t{scenario}\n"
             self.proc.stdin.write(request.encode())
             await self.proc.stdin.drain()
             reply = await asyncio.wait_for(self.proc.stdout.readline(), 60)

@@ -1,8 +1,9 @@
 """A journal written by an older minor version of the table schema (1.0: no
 ``steps.replaced_chars``; 1.1: no ``steps.model`` and no ``model_calls.model``,
-``response_model``, ``cached_tokens``, ``reasoning_tokens``) still opens, on SQLite and
-PostgreSQL: a writer migrates it (adds the columns, sets the version in ``meta``) and the run
-goes on; its steps read back without the columns, with the fields' defaults."""
+``response_model``, ``cached_tokens``, ``reasoning_tokens``; 1.2: no ``runs.request``,
+``request_reason``, ``requested_by``, ``requested_at``) still opens, on SQLite and PostgreSQL: a
+writer migrates it (adds the columns, sets the version in ``meta``) and the run goes on; its
+steps read back without the columns, with the fields' defaults."""
 
 from __future__ import annotations
 
@@ -14,10 +15,20 @@ import pytest
 
 from polyloop import JournalError, StopReason
 from polyloop.journal import SQLiteJournal
-from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION, _steps_from_rows
+from polyloop.journal._sqlite_schema import (
+    _REQUEST_COLUMNS,
+    JOURNAL_SCHEMA_VERSION,
+    _steps_from_rows,
+)
 from tests.contract.test_resume import World, new_loop
 from tests.durability.journals import SQLiteStore, Store, crashed_run
 
+ADDED_IN_1_3 = tuple(("runs", c) for c in _REQUEST_COLUMNS)
+TO_1_2 = (
+    *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_3),
+    "UPDATE meta SET value = '1.2' WHERE key = 'journal_schema_version'",
+    "UPDATE runs SET journal_schema_version = '1.2'",
+)
 ADDED_IN_1_2 = (
     ("steps", "model"),
     ("model_calls", "model"),
@@ -26,6 +37,7 @@ ADDED_IN_1_2 = (
     ("model_calls", "reasoning_tokens"),
 )
 TO_1_1 = (
+    *TO_1_2,
     *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_2),
     "UPDATE meta SET value = '1.1' WHERE key = 'journal_schema_version'",
     "UPDATE runs SET journal_schema_version = '1.1'",
@@ -74,7 +86,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     await a_1_0_journal(store)
     assert journal_version(store) == "1.0"
     async with store.journal() as journal:
-        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.2"
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.3"
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
@@ -84,7 +96,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     assert store.sql("SELECT journal_schema_version FROM runs") == [("1.0",)]
     async with store.journal() as journal:  # migrated once: a second writer changes nothing
         await new_loop(World(), journal).run("pay", run_id="new")
-    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.2",)]
+    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.3",)]
 
 
 async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_columns(
@@ -95,7 +107,7 @@ async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_col
     store.damage(*TO_1_1)
     assert "model" not in step_columns(store)
     async with store.journal() as journal:
-        assert journal_version(store) == "1.2"
+        assert journal_version(store) == "1.3"
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     assert "model" in step_columns(store) and "replaced_chars" in step_columns(store)
@@ -103,6 +115,36 @@ async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_col
     assert {"model", "response_model", "cached_tokens", "reasoning_tokens"} <= set(calls[0])
     # The rows written before the migration have NULL in the added columns.
     assert {row["model"] for row in calls} == {None}  # the scripted model has no name
+
+
+async def test_a_writer_migrates_a_1_2_journal_and_its_runs_take_requests(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage(*TO_1_2)
+    assert "request" not in store.rows("SELECT * FROM runs")[0]
+    async with store.journal() as journal:
+        assert journal_version(store) == "1.3"
+        listed = await journal.list_runs(run_id="r")
+        assert [listed[0][c] for c in _REQUEST_COLUMNS] == [None] * 4  # nothing asked yet
+        answer = await new_loop(World(), journal).stop("r", "migrated", by="me")
+    assert answer.happened == "ended" and answer.stop_reason == StopReason.stopped
+    row = store.rows("SELECT * FROM runs")[0]
+    assert [row[c] for c in _REQUEST_COLUMNS[:3]] == ["stop", "migrated", "me"]
+    assert (row["stop_reason"], row["stop_detail"]) == ("stopped", "migrated")
+
+
+async def test_a_1_2_journal_read_without_migrating_lists_its_runs_without_requests(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "j.db")
+    await crashed_run(store)
+    store.damage(*TO_1_2)
+    async with store.journal(read_only=True) as journal:
+        listed = await journal.list_runs()
+    assert [(r["run_id"], r["request"], r["requested_by"]) for r in listed] == [("r", None, None)]
+    assert journal_version(store) == "1.2"  # a reader does not migrate
 
 
 async def test_a_1_1_journal_without_the_column_is_refused_as_damaged(

@@ -48,6 +48,7 @@ from ..types import (
     ActionStarted,
     ActionStatus,
     Complete,
+    EndRequest,
     EnvironmentFailure,
     ErrorInfo,
     EscalationReport,
@@ -58,6 +59,7 @@ from ..types import (
     GuardContext,
     GuardVerdict,
     InvalidDecision,
+    JournalError,
     Lease,
     LeaseLost,
     MalformedValue,
@@ -98,6 +100,7 @@ from ..types import (
 from . import stopping
 from .replay import Interrupted, Replayed
 from .report import build_report
+from .requests import pending_action, request_detail, requested_ending
 from .steps import (
     action_step,
     final_answer_step,
@@ -178,14 +181,6 @@ def _error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
     else:
         info = ErrorInfo(type(exc).__name__, str(exc))
     return clean_error(info)
-
-
-def _pending(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
-    """The action of ``intent``, whose outcome is not known, under ``policy``."""
-    a = intent.action
-    return PendingAction(
-        intent.step_idx, intent.op_id, a.tool_name, intent.args_json, a.text, policy
-    )
 
 
 def _wake(waiter: asyncio.Future[None], _: object) -> None:
@@ -274,6 +269,12 @@ class RunDriver:
         self.state = state
         self.resumed = resumed
         self.detach_requested = False
+        # A request to end the run (Loop.stop / Loop.cancel): from the lease it was started
+        # with, a renewal's, or this process's Loop directly (take_request).
+        self.request: EndRequest | None = lease.request
+        self._task: asyncio.Task[object] | None = None  # the task driving the run
+        self._cancel_sent = False  # a cancel request cancelled _task
+        self._closing = False  # past the point where a cancel request may cancel _task
         self._observers = cfg.observers
         self._ended = False
         # The action in flight, in its own task: from its start until its result is durable.
@@ -296,21 +297,36 @@ class RunDriver:
     async def drive(self, interrupted: Interrupted | None) -> RunResult:
         """Run to the end. Raises ``RunDetached`` after a detach, re-raises cancellation after
         writing the ``cancelled`` end record, and lets any other exception propagate with no
-        end record (the run stays resumable). The lease is released on every way out."""
+        end record (the run stays resumable). The lease is released on every way out.
+
+        A cancel request (:meth:`take_request`) cancels the task driving the run: the run
+        ends ``cancelled`` as on any cancellation, but nobody cancelled the caller, so its
+        cancellation is taken back (``Task.uncancel``) and the result is returned; if the
+        caller was cancelled too, ``CancelledError`` propagates as usual."""
+        self._task = asyncio.current_task()
         self._arm_heartbeat()
         try:
             st = self.state
             self._emit(RunStarted(self.run_id, self.spec.goal, self.resumed, len(st.steps)))
+            if self.request is not None:  # stored before this execution took the run
+                return await self._end_requested(interrupted)
             result = await self._continue(interrupted) if interrupted is not None else None
             while result is None:
+                if stopping.requested(self.request) is not None:  # before A
+                    return await self._end_requested(None)
                 if self.detach_requested:
                     raise RunDetached(self.run_id, len(st.steps))
                 result = await self._iteration()
             return result
         except asyncio.CancelledError:
+            self._closing = True
             await self._on_cancel()
+            task = self._task
+            if self._cancel_sent and task is not None and task.uncancel() == 0:
+                return self._requested_cancel()  # only the request cancelled it
             raise
         finally:
+            self._closing = True
             self._stop_heartbeat()
             if not self._ended:
                 try:
@@ -627,6 +643,11 @@ class RunDriver:
 
     async def _act(self, sc: _StepCtx) -> RunResult | None:
         await self._keep_lease_margin()
+        task = self._task
+        if task is not None and task.cancelling():
+            # Cancelled (by its caller or a cancel request) since the last await: the action
+            # never starts, whether or not the journal's write of its intent awaited.
+            raise asyncio.CancelledError
         intent = sc.intent
         ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
         if self._observers:
@@ -752,6 +773,8 @@ class RunDriver:
                 self._action_task = self._intent_written = None
             elif kind is RunEnd:
                 self._ended = True
+                assert isinstance(r, RunEnd)
+                self.state.end = r
 
     def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> None:
         st = self.state
@@ -803,8 +826,42 @@ class RunDriver:
         return build_result(self.spec, st, self.context)
 
     async def _end_unknown(self, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
-        pending = _pending(intent, policy)
+        pending = pending_action(intent, policy)
         return await self._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)
+
+    # -- requests to end the run --------------------------------------------------------------
+    def take_request(self, request: EndRequest) -> None:
+        """A request to end the run, from its lease or from this process's ``Loop``: a stop
+        ends it at the next step boundary; a cancel cancels the task driving it now (an action
+        in flight gets the cancellation grace). A cancel replaces a stop; nothing replaces a
+        cancel. Returns at once."""
+        if not request.replaces(self.request):
+            return
+        self.request = request
+        task = self._task
+        if request.kind != "cancel" or self._closing or self._cancel_sent:
+            return
+        if task is not None and not task.done():
+            self._cancel_sent = True
+            task.cancel(f"cancel requested by {request.by}")
+
+    async def _end_requested(self, interrupted: Interrupted | None) -> RunResult:
+        """End the run as its request asks, with nothing in flight here (at a step boundary,
+        or where a crash left it: an action intent without result is named, its outcome
+        unknown)."""
+        assert self.request is not None
+        reason, detail, pending = requested_ending(self.request, interrupted)
+        return await self._end(reason, detail, pending=pending)
+
+    def _requested_cancel(self) -> RunResult:
+        """The result of a run a cancel request cancelled (the caller was not cancelled)."""
+        if self.state.end is None:
+            raise JournalError(
+                f"run {self.run_id!r}: cancelled on request, but its cancelled end record was "
+                "not durable in time; the run stays resumable and its request stored (a resume "
+                "ends it cancelled)"
+            )
+        return build_result(self.spec, self.state, self.context)
 
     # -- cancellation -------------------------------------------------------------------------
     async def _on_cancel(self) -> None:
@@ -837,12 +894,14 @@ class RunDriver:
                 records = (result, StepWritten(step))
             else:
                 started = self._action_task is not None or sc.resumed  # it may have run
-                pending = _pending(intent, intent.replay_policy)
+                pending = pending_action(intent, intent.replay_policy)
                 detail = (
                     f"in-flight action {pending.describe()}: outcome unknown"
                     if started
                     else f"action {pending.describe()}: cancelled before it started"
                 )
+        if self._cancel_sent:  # a cancel request's reason comes first
+            detail = request_detail(self.request, detail)
         end = RunEnd(
             StopReason.cancelled,
             detail,
@@ -913,6 +972,8 @@ class RunDriver:
         ttl = self.cfg.lease_ttl_s
         try:
             self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
+            if self.lease.request is not None:  # how a request from elsewhere arrives
+                self.take_request(self.lease.request)
         except LeaseLost:
             if not self._ended:  # an end record releases the lease: nothing was lost
                 log.error("run %s lost its lease; its next write is refused", self.run_id)
@@ -928,6 +989,8 @@ class RunDriver:
         ttl = self.cfg.lease_ttl_s
         if self.lease.expires_at - time.time() < ttl / 3:
             self.lease = await self.cfg.journal.renew(self.lease, ttl_s=ttl)
+            if self.lease.request is not None:
+                self.take_request(self.lease.request)
 
     def _delta(self, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
         """A streaming adapter's ``on_delta``: one ModelDelta event."""

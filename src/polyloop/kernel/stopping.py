@@ -2,6 +2,11 @@
 
 Each iteration asks, in this order:
 
+* Before A, at the start of every iteration (and before a detach takes effect):
+  :func:`requested` — a request to end the run (``Loop.stop`` / ``Loop.cancel``, from any
+  process) that its owner has received ends it at this step boundary, so the step in progress
+  when it arrived was recorded first. A run resumed with a request stored ends at once,
+  before the step a crash interrupted is finished.
 * A. :func:`admit` — budgets settle at the *start* of an iteration, never at the end of the
   previous one, so a run that completes on its last allowed step is ``task_completed``.
 * B. :func:`context_overflows` — no step and no intent are written for this stop.
@@ -15,7 +20,7 @@ Each iteration asks, in this order:
 
 from __future__ import annotations
 
-from ..types import ActionStatus, Limits, Outcome, StopReason
+from ..types import ActionStatus, EndRequest, Limits, Outcome, StopReason
 
 __all__ = [
     "FINAL_ANSWER",
@@ -25,10 +30,19 @@ __all__ = [
     "after_invalid",
     "context_overflows",
     "failure_repeated",
+    "requested",
 ]
 
 MODEL_FAILED = StopReason.llm_error
 FINAL_ANSWER = StopReason.agent_finished
+
+
+def requested(request: EndRequest | None) -> StopReason | None:
+    """Before A. A stop request ends the run ``stopped``; a cancel request that reaches a step
+    boundary (its cancellation of the run's task did not end it first) ``cancelled``."""
+    if request is None:
+        return None
+    return StopReason.cancelled if request.kind == "cancel" else StopReason.stopped
 
 
 def admit(limits: Limits, steps_used: int, actions_executed: int) -> StopReason | None:

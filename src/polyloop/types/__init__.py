@@ -62,6 +62,7 @@ from ._records import (
     record_to_dict,
 )
 from ._records_json import record_json
+from ._requests import EndRequest, RequestHappened, RequestKind, RequestResult
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
@@ -98,6 +99,7 @@ __all__ = [
     "Complete",
     "ConfigError",
     "Decision",
+    "EndRequest",
     "EnvironmentFailure",
     "ErrorInfo",
     "EscalationReport",
@@ -134,6 +136,9 @@ __all__ = [
     "PolyLoopError",
     "Record",
     "ReplayPolicy",
+    "RequestHappened",
+    "RequestKind",
+    "RequestResult",
     "RetryPolicy",
     "RunDetached",
     "RunEnd",
