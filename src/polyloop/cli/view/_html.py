@@ -19,6 +19,7 @@ REASON_CLASS = {
     "resume_state_unknown": "human",
     "repeated_failure": "human",
     "cancelled": "cancelled",
+    "stopped": "cancelled",
 }
 
 
