@@ -392,3 +392,31 @@ async def test_a_request_on_a_run_that_does_not_exist_raises_run_not_found(
     async with journals.open() as journal:
         with pytest.raises(RunNotFound):
             await loop_on(journal, Gate(), after(0, "tick")).cancel("nope")
+
+
+async def test_a_cancel_requested_before_an_action_starts_keeps_it_from_starting() -> None:
+    gate = Gate()
+    loop: Loop
+
+    async def ask_then_act(request: ModelRequest) -> ModelReply:
+        if request.step_idx == 1:  # nothing in the journal's writes awaits in memory
+            await loop.cancel(request.run_id, reason="now")
+        return call("tick")
+
+    loop = loop_on(MemoryJournal(), gate, ask_then_act)
+    r = await loop.run("g", run_id="c")
+    assert (r.stop_reason, r.steps_used, gate.ticks) == (StopReason.cancelled, 1, 1)
+    assert (r.stop_detail or "").endswith("cancelled before it started")
+
+
+async def test_a_cancellation_its_caller_swallowed_earlier_does_not_stop_the_run() -> None:
+    me = asyncio.current_task()
+    assert me is not None
+    me.cancel()
+    with contextlib.suppress(asyncio.CancelledError):  # caught, never uncancelled
+        await asyncio.sleep(0)
+    assert me.cancelling() == 1
+    gate = Gate()
+    r = await loop_on(MemoryJournal(), gate, after(2, "none"), limits=Limits(max_steps=2)).run("g")
+    assert (r.stop_reason, gate.ticks) == (StopReason.step_budget, 2)
+    me.uncancel()

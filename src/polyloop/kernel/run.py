@@ -645,9 +645,11 @@ class RunDriver:
         await self._keep_lease_margin()
         task = self._task
         if task is not None and task.cancelling():
-            # Cancelled (by its caller or a cancel request) since the last await: the action
-            # never starts, whether or not the journal's write of its intent awaited.
-            raise asyncio.CancelledError
+            # A cancellation requested since the last await (by the caller, or a cancel
+            # request) is delivered here, so the action never starts, whether or not the
+            # journal's write of its intent awaited; a count left by a cancellation someone
+            # caught earlier only costs this yield.
+            await asyncio.sleep(0)
         intent = sc.intent
         ctx = ToolContext(self.run_id, intent.step_idx, intent.op_id)
         if self._observers:
