@@ -57,7 +57,8 @@ class Loop:
         observers: callables receiving events; must not block; exceptions are logged.
         retry: how model calls are retried.
         cancel_grace_s: how long an in-flight action may finish after cancellation.
-        lease_ttl_s: the lease duration (renewed every third of it).
+        lease_ttl_s: the lease duration (renewed every third of it; each renewal is also
+            when a run learns of a request to stop or cancel it made elsewhere).
         templates: the model-visible wording of the default adapters (version stored per run).
         clock: time source for timings and backoff (``polyloop.testing.FakeClock`` in tests).
         guards: run-end guards, checked in order when the model gives a final answer; a plain
@@ -67,8 +68,9 @@ class Loop:
         TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
         ConfigError: a negative grace period or a non-positive lease duration.
 
-    A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`), so
-    concurrent ``run`` calls on one ``Loop`` are fine.
+    A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`, and to hand
+    :meth:`stop` / :meth:`cancel` requests to them at once), so concurrent ``run`` calls on one
+    ``Loop`` are fine.
     """
 
     def __init__(
