@@ -21,6 +21,7 @@ from .types import (
     Message,
     Observer,
     ReportHook,
+    RequestResult,
     RetryPolicy,
     RunEndGuard,
     RunResult,
@@ -57,7 +58,8 @@ class Loop:
         observers: callables receiving events; must not block; exceptions are logged.
         retry: how model calls are retried.
         cancel_grace_s: how long an in-flight action may finish after cancellation.
-        lease_ttl_s: the lease duration (renewed every third of it).
+        lease_ttl_s: the lease duration (renewed every third of it; each renewal is also
+            when a run learns of a request to stop or cancel it made elsewhere).
         templates: the model-visible wording of the default adapters (version stored per run).
         wrap_up: when a budget ends a run, make one more model call, tools withheld, asking
             for the best final answer (``Templates.wrap_up``); the step has ``wrap_up=True``,
@@ -75,8 +77,9 @@ class Loop:
         TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
         ConfigError: a negative grace period or a non-positive lease duration.
 
-    A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`), so
-    concurrent ``run`` calls on one ``Loop`` are fine.
+    A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`, and to hand
+    :meth:`stop` / :meth:`cancel` requests to them at once), so concurrent ``run`` calls on one
+    ``Loop`` are fine.
     """
 
     def __init__(
@@ -166,7 +169,9 @@ class Loop:
         Raises:
             RunExists: ``run_id`` is already in the journal (nothing written).
             RunDetached: :meth:`detach` paused the run (no end record; resumable).
-            asyncio.CancelledError: re-raised after the ``cancelled`` end record is written.
+            asyncio.CancelledError: re-raised after the ``cancelled`` end record is written
+                (a cancellation of this call; :meth:`cancel` instead makes it return the
+                result, ``stop_reason = cancelled``).
 
         After a crash, a cancellation or a detach: every step whose record was written is in
         the journal; an action in flight may or may not have happened, and resume decides by
@@ -203,6 +208,56 @@ class Loop:
         ``run``/``resume`` raise ``RunDetached``; continue later with :meth:`resume`.
         Returns False when no such run is active on this ``Loop``."""
         return self._kernel.detach(run_id)
+
+    async def stop(self, run_id: str, reason: str, *, by: str | None = None) -> RequestResult:
+        """End a run ``stopped``, wherever it runs: ``stop_detail`` is ``reason``.
+
+        The request is stored in the journal first (``runs.request`` etc.), so it works on a
+        run that another process or host drives (SQLite and PostgreSQL journals). Then:
+
+        * a run this ``Loop`` drives gets it at once; a live owner elsewhere at its next
+          heartbeat (every ``lease_ttl_s / 3`` seconds, which bounds the delay). Either way the
+          run ends at the next step boundary after that: a model call or action in flight
+          finishes and its step is recorded first, and ``run``/``resume`` return the result
+          (``stop_reason = stopped``). It may end for another reason first (the step in flight
+          completes it): the request then stays in the row, unhonoured.
+        * a run nobody drives (its owner crashed, it was detached, or it was created and never
+          started) is ended now, fenced and exactly once; an action whose intent is durable
+          without a result is named in ``pending_action`` and ``stop_detail`` (its outcome is
+          unknown, as for ``resume_state_unknown``). A resume of it returns that result.
+        * a run whose owner died after the request was stored is ended by whoever resumes it.
+
+        Args:
+            run_id: the run.
+            reason: why, for the record (required, non-empty).
+            by: who asks, stored as ``requested_by`` (default: ``user@host pid N``).
+
+        Returns:
+            A :class:`~polyloop.types.RequestResult`: ``happened`` is ``ended`` (ended now),
+            ``requested`` (the live owner will), ``already_requested`` (a stop or cancel was
+            pending: nothing written; ``request`` is that one) or ``already_ended`` (nothing
+            changed; ``stop_reason`` is how it ended). A pending cancel is never downgraded.
+
+        Raises:
+            RunNotFound: no such run.
+            ConfigError: no reason given, or the journal cannot take requests (it lacks
+                ``request_end``).
+        """
+        return await self._kernel.request(run_id, "stop", reason, by)
+
+    async def cancel(
+        self, run_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> RequestResult:
+        """End a run ``cancelled``, wherever it runs, as a local cancellation does: an action
+        in flight gets ``cancel_grace_s`` to finish and is recorded, else named in
+        ``stop_detail`` with its outcome unknown; ``stop_detail`` starts with ``reason`` when
+        one is given. The owner cancels the run when it learns of the request (at once in this
+        ``Loop``, at its next heartbeat elsewhere), but since nobody cancelled the caller of
+        its ``run``/``resume``, that call **returns** the result (``stop_reason =
+        cancelled``) instead of raising ``CancelledError``. A cancel replaces a pending stop.
+        Otherwise as :meth:`stop` (same result value, same errors but for the reason, which
+        is optional here)."""
+        return await self._kernel.request(run_id, "cancel", reason, by)
 
     def run_sync(self, goal: str, **kwargs: Any) -> RunResult:
         """:meth:`run` for scripts (runs its own event loop)."""

@@ -6,12 +6,13 @@ base class to inherit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from .types import (
     Action,
     Decision,
+    EndRequest,
     Lease,
     Message,
     ModelReply,
@@ -19,6 +20,8 @@ from .types import (
     Outcome,
     Record,
     ReplayPolicy,
+    RequestResult,
+    RunEnd,
     RunSpec,
     ToolContext,
     ToolSpec,
@@ -29,6 +32,7 @@ __all__ = [
     "Clock",
     "Context",
     "ContextBuilder",
+    "EndRequests",
     "Environment",
     "Interpreter",
     "Journal",
@@ -176,6 +180,42 @@ class Journal(Protocol):
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up (no-op if it is no longer ours)."""
+        ...
+
+
+@runtime_checkable
+class EndRequests(Protocol):
+    """A journal that takes requests to end a run from any process (``Loop.stop`` /
+    ``Loop.cancel``); the memory, SQLite and PostgreSQL journals do. A journal without it makes
+    ``Loop.stop`` raise ``ConfigError``. Such a journal also hands the stored request out with
+    every lease (``Lease.request``, from ``acquire`` and ``renew``), so a run's owner learns of
+    it at its next heartbeat with no read of its own.
+    """
+
+    async def request_end(
+        self,
+        run_id: str,
+        request: EndRequest,
+        *,
+        seen: int,
+        end: Callable[[EndRequest], RunEnd],
+    ) -> RequestResult | None:
+        """Store ``request`` for the run, in one transaction that also decides what it does:
+
+        * the run has ended: nothing is written, ``already_ended``;
+        * ``request`` replaces the stored one (:meth:`EndRequest.replaces`) or none is stored:
+          it is written; otherwise the stored one stays in force;
+        * a live execution holds the lease (not expired, owner not provably dead): ``requested``
+          (or ``already_requested`` when nothing was written);
+        * nobody does: the run ends now, fenced, in this same transaction: if the run still has
+          exactly ``seen`` records, the end record ``end(in_force)`` is appended (releasing any
+          lease, as every end record does) and the answer is ``ended``; if it has more (some
+          execution wrote since the caller read them), nothing is written and the answer is
+          None: read the records again and retry.
+
+        ``end`` is pure and quick (it may run on the journal's writer thread). Raises
+        ``RunNotFound``. After a crash the transaction is all or nothing.
+        """
         ...
 
 

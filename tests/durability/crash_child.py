@@ -4,6 +4,10 @@ or just after its n-th journal write. Tool side effects go to a file, which surv
 
     python -m tests.durability.crash_child JOURNAL N before|after EFFECTS [RUN_ID [SCENARIO]]
 
+Other scenarios (:data:`SCENARIOS`, for :meth:`ForkServer.crash`): ``stop`` / ``cancel`` run the
+same scenario, its model asking its own Loop to stop (cancel) the run during step 3's call;
+``request`` stops an existing run from this process, its request being write 1.
+
 JOURNAL is a SQLite file, or ``postgres:DSN`` for a PostgresJournal on that DSN (a store's
 ``where``, tests/durability/journals.py). :class:`ForkServer` runs many such children quickly.
 """
@@ -14,14 +18,19 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from polyloop import Loop, ModelReply
 from polyloop.journal import SQLiteJournal
+from polyloop.testing import FakeClock, FunctionModel
+from polyloop.types import ModelRequest
 from tests.contract.test_escalate import handover_loop
 from tests.contract.test_fix_loop_ledger import fix_loop
-from tests.contract.test_resume import World, new_loop
+from tests.contract.test_resume import World, new_loop, script
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +55,9 @@ class Logged(list[str]):
 
 
 class Dying:
-    """Delegates to the journal; SIGKILLs the process around its n-th append."""
+    """Delegates to the journal; SIGKILLs the process around its n-th write: an append, or a
+    request to end a run (``request_end``). "After" a write that raised (a cancelled append
+    still lands) is after it too."""
 
     def __init__(self, inner: Any, n: int, after: bool) -> None:
         self.inner, self.n, self.after, self.count = inner, n, after, 0
@@ -55,12 +66,21 @@ class Dying:
         return getattr(self.inner, name)
 
     async def append(self, lease: Any, records: Sequence[Any]) -> None:
+        await self._write(self.inner.append(lease, records))
+
+    async def request_end(self, run_id: str, request: Any, **kw: Any) -> Any:
+        return await self._write(self.inner.request_end(run_id, request, **kw))
+
+    async def _write(self, write: Awaitable[T]) -> T:
         self.count += 1
-        if self.count == self.n and not self.after:
+        mine = self.count
+        if mine == self.n and not self.after:
             os.kill(os.getpid(), signal.SIGKILL)
-        await self.inner.append(lease, records)
-        if self.count == self.n and self.after:
-            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            return await write
+        finally:
+            if mine == self.n and self.after:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 def open_journal(path: str) -> Any:
@@ -81,21 +101,54 @@ async def opened_journal(path: str) -> Any:
     return await journal.open()
 
 
+ASKED_AT_STEP = 3
+"""The step during whose model call the ``stop`` and ``cancel`` scenarios ask."""
+
+
+def asking_loop(world: World, journal: Any, kind: str) -> Loop:
+    """The contract scenario's Loop, its model asking this Loop to ``kind`` (stop or cancel)
+    the run during the call of step :data:`ASKED_AT_STEP` (each attempt, so a resumed run asks
+    again), then answering as the script does."""
+    loop: Loop
+
+    async def fn(request: ModelRequest) -> ModelReply:
+        if request.step_idx == ASKED_AT_STEP:
+            if kind == "stop":
+                await loop.stop(request.run_id, "enough", by="the model")
+            else:
+                await loop.cancel(request.run_id, reason="enough", by="the model")
+        return script(request)
+
+    loop = Loop(FunctionModel(fn), tools=world.tools(), journal=journal, clock=FakeClock())
+    return loop
+
+
+KNOWN = ("pay", "stop", "cancel", "request", *SCENARIOS)
+"""Every scenario :meth:`ForkServer.crash` runs."""
+
+
 async def main(
     path: str, n: int, after: bool, effects: str, run_id: str = "r", scenario: str = "pay"
 ) -> None:
     """Run a scenario: ``pay`` (tests/contract/test_resume.py's), ``fix`` (the fix loop of
-    tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record) or
-    ``escalate`` (tests/contract/test_escalate.py's hand-over)."""
+    tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record),
+    ``escalate`` (tests/contract/test_escalate.py's hand-over), ``stop`` / ``cancel`` (``pay``,
+    its model asking its own Loop to end the run) or ``request`` (a stop of an existing run
+    from this process)."""
     journal = Dying(open_journal(path), n, after)
     if scenario in SCENARIOS:
         await SCENARIOS[scenario](journal).run("fix", run_id=run_id)
-    else:
-        world = World()
-        world.charged = Logged("charged", effects)
-        world.stored = Logged("stored", effects)
+        sys.exit(3)
+    world = World()
+    world.charged = Logged("charged", effects)
+    world.stored = Logged("stored", effects)
+    if scenario == "pay":
         await new_loop(world, journal).run("pay", run_id=run_id)
-    sys.exit(3)  # not reached while n is within the run's writes
+    elif scenario == "request":
+        await new_loop(world, journal).stop(run_id, "halt", by="the requester")
+    else:
+        await asking_loop(world, journal, scenario).run("pay", run_id=run_id)
+    sys.exit(3)  # not reached while n is within the scenario's writes
 
 
 # -- the fork server --------------------------------------------------------------------------
@@ -143,10 +196,17 @@ class ForkServer:
         return cls(proc)
 
     async def crash(
-        self, journal: str, run_id: str, n: int, after: bool, effects: Path, scenario: str = "pay"
+        self,
+        journal: str,
+        run_id: str,
+        n: int,
+        after: bool,
+        effects: Path,
+        scenario: str = "pay",
     ) -> int:
-        """Run the scenario as ``run_id`` on the journal ``journal`` names, in a forked child
-        dying around write ``n``; the child's exit code."""
+        """Run ``scenario`` (:data:`KNOWN`) as ``run_id`` on the journal ``journal`` names,
+        in a forked child dying around write ``n``; the child's exit code."""
+        assert scenario in KNOWN
         assert self.proc.stdin is not None and self.proc.stdout is not None
         async with self.lock:
             when = "after" if after else "before"

@@ -15,6 +15,7 @@ side by children forked from a few :class:`~tests.durability.crash_child.ForkSer
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -23,11 +24,18 @@ from typing import Any
 import pytest
 
 from polyloop import StopReason
-from polyloop.types import RunEnd
-from tests.conftest import RecordingJournal
+from polyloop.journal import MemoryJournal
+from polyloop.types import ActionIntent, ActionResult, RunEnd, StepWritten
+from tests.conftest import Crash, RecordingJournal
 from tests.contract.test_resume import World, comparable, new_loop, reference
-from tests.durability.crash_child import SCENARIOS, ForkServer
-from tests.durability.journals import Store, check_resumed, never_replay_intents, records_of
+from tests.durability.crash_child import SCENARIOS, ForkServer, asking_loop
+from tests.durability.journals import (
+    Store,
+    check_resumed,
+    never_replay_intents,
+    recording,
+    records_of,
+)
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
@@ -131,3 +139,150 @@ async def test_sigkill_around_every_write_of_a_fix_loop_then_resume_rebuilds_its
         "SELECT kind, count(*) FROM journal WHERE kind IN (?, ?, ?) GROUP BY kind", *LEDGER_KINDS
     )
     assert dict(rows) == {k: writes * ref_kinds.count(k) for k in LEDGER_KINDS if k in ref_kinds}
+
+
+# -- the writes of a request to end a run -----------------------------------------------------
+
+
+class Writes:
+    """Delegates to a journal and labels each write: ``request`` for a request to end a run,
+    else the kinds of the records appended."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.labels: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, lease: Any, records: Any) -> None:
+        self.labels.append([r.kind for r in records])
+        await self.inner.append(lease, records)
+
+    async def request_end(self, run_id: str, request: Any, **kw: Any) -> Any:
+        self.labels.append(["request"])
+        return await self.inner.request_end(run_id, request, **kw)
+
+
+def ids_out(detail: str | None) -> str | None:
+    """A stop detail without the op ids drawn per run."""
+    return None if detail is None else re.sub(r"op_id=\w+", "op_id=…", detail)
+
+
+@pytest.mark.parametrize("kind", ["stop", "cancel"])
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+async def test_sigkill_around_every_write_of_a_run_asked_to_end_then_resume(
+    kind: str, after: bool, journal_backend: Store, tmp_path: Path
+) -> None:
+    # The run's model asks its own Loop to stop (cancel) the run during step 3's call: the
+    # request is a write of its own, then the run ends at the step boundary (stop) or at once
+    # (cancel). Killed around each write, the run is resumed in another process: a request
+    # that was durable is honoured at once (the step it interrupted is not finished); one
+    # that was not is made again when the resumed run's model reaches step 3.
+    store = journal_backend
+    reference = Writes(MemoryJournal())
+    ref = await asking_loop(World(), reference, kind).run("pay", run_id="ref")
+    reason = StopReason.stopped if kind == "stop" else StopReason.cancelled
+    assert ref.stop_reason == reason and ref.stop_detail is not None
+    writes = reference.labels
+    assert ["request"] in writes and writes[-1][-1] == "end"
+    servers = await asyncio.gather(*(ForkServer.start() for _ in range(3)))
+
+    async def one(n: int, journal: Any) -> None:
+        run_id = f"{kind}{n}"
+        effects = tmp_path / f"fx{kind}{n}.txt"
+        effects.touch()
+        code = await servers[n % len(servers)].crash(
+            store.where, run_id, n, after, effects, scenario=kind
+        )
+        assert code == -signal.SIGKILL, (n, code)
+        status, request = store.sql("SELECT status, request FROM runs WHERE run_id = ?", run_id)[0]
+        _, records = await journal.read(run_id)
+        steps = sum(isinstance(x, StepWritten) for x in records)
+        resolved = {x.op_id for x in records if isinstance(x, ActionResult)}
+        unresolved = any(  # the charge's outcome was lost: never replayed
+            isinstance(x, ActionIntent)
+            and x.action.tool_name == "charge"
+            and x.op_id not in resolved
+            for x in records
+        )
+        world = World()
+        r = await asking_loop(world, journal, kind).resume(run_id)
+        lines = effects.read_text().splitlines()
+        charged = [x for x in lines if x.startswith("charged")] + world.charged
+        assert len(charged) <= 1, f"the never-replay tool ran twice (crash at write {n})"
+        if unresolved:
+            assert r.stop_reason == StopReason.resume_state_unknown, n
+            return
+        assert r.stop_reason == reason, (n, r.stop_reason)
+        if request is not None and status == "running":  # durable, not yet honoured
+            assert r.steps_used == steps, n  # ended at once by the resumer
+            assert (r.stop_detail or "").startswith("enough"), n
+        else:  # not asked yet (asked again on resume), or ended as the reference did
+            assert r.steps_used == ref.steps_used, n
+            assert ids_out(r.stop_detail) == ids_out(ref.stop_detail), n
+        k = r.steps_used
+        assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps[:k]], n
+
+    try:
+        async with store.journal() as journal:
+            await asyncio.gather(*(one(n, journal) for n in range(1, len(writes) + 1)))
+    finally:
+        for server in servers:
+            await server.close()
+    rows = store.sql(
+        "SELECT run_id, count(*) FILTER (WHERE kind = 'end'), count(*), max(seq) FROM journal "
+        "GROUP BY run_id"
+    )
+    assert len(rows) == len(writes)
+    assert all(ends == 1 and count == top for _, ends, count, top in rows), rows
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+async def test_sigkill_around_the_request_that_ends_a_run_nobody_holds(
+    after: bool, journal_backend: Store, tmp_path: Path
+) -> None:
+    # Runs left by a crash before each write of the contract scenario in turn (their lease
+    # released: nobody holds them), each stopped by a child process that is killed just
+    # before or just after its request, the one write that stores it and ends the run. Then
+    # the run is stopped again here, and resumed: it ended exactly once, as the request that
+    # landed says, with an action left without a result named.
+    store = journal_backend
+    ref_journal, _ = await reference()
+    server = await ForkServer.start()
+    try:
+        async with store.journal() as journal:
+            for n in range(1, len(ref_journal.appends) + 1):
+                run_id = f"q{n}"
+                with pytest.raises(Crash):
+                    await new_loop(World(), recording(journal, crash_at=n)).run(
+                        "pay", run_id=run_id
+                    )
+                before = await records_of(journal, run_id)
+                code = await server.crash(
+                    store.where, run_id, 1, after, tmp_path / "fx", scenario="request"
+                )
+                assert code == -signal.SIGKILL, (n, code)
+                status = store.sql("SELECT status FROM runs WHERE run_id = ?", run_id)[0][0]
+                assert status == ("ended" if after else "running"), n
+                again = await new_loop(World(), journal).stop(run_id, "again", by="the test")
+                assert again.happened == ("already_ended" if after else "ended"), n
+                assert again.request is not None
+                assert again.request.by == ("the requester" if after else "the test"), n
+                r = await new_loop(World(), journal).resume(run_id)
+                assert r.stop_reason == StopReason.stopped, n
+                assert await records_of(journal, run_id) == (
+                    *before,
+                    (await journal.read(run_id))[1][-1],
+                )
+                intent = before[-1] if before else None
+                if isinstance(intent, ActionIntent):
+                    assert r.pending_action is not None and r.pending_action.op_id == intent.op_id
+                else:
+                    assert r.pending_action is None, n
+    finally:
+        await server.close()
+    rows = store.sql(
+        "SELECT count(*) FILTER (WHERE kind = 'end'), count(DISTINCT run_id) FROM journal"
+    )
+    assert rows[0][0] == rows[0][1] or rows[0][0] == len(ref_journal.appends), rows

@@ -1,8 +1,9 @@
 """A journal written by an older minor version of the table schema (1.0: no
 ``steps.replaced_chars``; 1.1: no ``steps.model`` and no ``model_calls.model``,
-``response_model``, ``cached_tokens``, ``reasoning_tokens``) still opens, on SQLite and
-PostgreSQL: a writer migrates it (adds the columns, sets the version in ``meta``) and the run
-goes on; its steps read back without the columns, with the fields' defaults."""
+``response_model``, ``cached_tokens``, ``reasoning_tokens``; 1.2: no ``runs.request``,
+``request_reason``, ``requested_by``, ``requested_at``) still opens, on SQLite and PostgreSQL: a
+writer migrates it (adds the columns, sets the version in ``meta``) and the run goes on; its
+steps read back without the columns, with the fields' defaults."""
 
 from __future__ import annotations
 
@@ -14,16 +15,22 @@ import pytest
 
 from polyloop import JournalError, StopReason
 from polyloop.journal import SQLiteJournal
-from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION, _steps_from_rows
+from polyloop.journal._sqlite_schema import (
+    _REQUEST_COLUMNS,
+    JOURNAL_SCHEMA_VERSION,
+    _steps_from_rows,
+)
 from tests.contract.test_resume import World, new_loop
 from tests.durability.journals import SQLiteStore, Store, crashed_run
 
 ADDED_IN_1_3 = (
+    ("steps", "wrap_up"),
     ("model_calls", "cost_usd"),
     ("runs", "tokens_used"),
     ("runs", "cost_usd"),
     ("runs", "active_seconds"),
     ("runs", "usage_missing"),
+    *(("runs", c) for c in _REQUEST_COLUMNS),
 )
 ADDED_IN_1_2 = (
     ("steps", "model"),
@@ -134,6 +141,36 @@ async def test_a_writer_migrates_a_1_2_journal_and_the_end_sets_the_run_totals(
     )
     assert row["tokens_used"] == r.totals.tokens and row["usage_missing"] == r.totals.usage_missing
     assert row["active_seconds"] == r.totals.active_s and row["cost_usd"] == 0.0
+
+
+async def test_a_writer_migrates_a_1_2_journal_and_its_runs_take_requests(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage(*TO_1_2)
+    assert "request" not in store.rows("SELECT * FROM runs")[0]
+    async with store.journal() as journal:
+        assert journal_version(store) == "1.3"
+        listed = await journal.list_runs(run_id="r")
+        assert [listed[0][c] for c in _REQUEST_COLUMNS] == [None] * 4  # nothing asked yet
+        answer = await new_loop(World(), journal).stop("r", "migrated", by="me")
+    assert answer.happened == "ended" and answer.stop_reason == StopReason.stopped
+    row = store.rows("SELECT * FROM runs")[0]
+    assert [row[c] for c in _REQUEST_COLUMNS[:3]] == ["stop", "migrated", "me"]
+    assert (row["stop_reason"], row["stop_detail"]) == ("stopped", "migrated")
+
+
+async def test_a_1_2_journal_read_without_migrating_lists_its_runs_without_requests(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "j.db")
+    await crashed_run(store)
+    store.damage(*TO_1_2)
+    async with store.journal(read_only=True) as journal:
+        listed = await journal.list_runs()
+    assert [(r["run_id"], r["request"], r["requested_by"]) for r in listed] == [("r", None, None)]
+    assert journal_version(store) == "1.2"  # a reader does not migrate
 
 
 async def test_a_1_1_journal_without_the_column_is_refused_as_damaged(

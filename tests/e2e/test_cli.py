@@ -911,6 +911,54 @@ def test_a_killed_run_is_listed_stale_and_resumes_with_another_base_url_and_time
     assert shown["run"]["state"] == "ended"
 
 
+# --- stop and cancel from another terminal ----------------------------------------------------
+
+
+def test_stop_from_another_terminal_ends_a_live_run_stopped_and_it_exits_130(
+    cli: CLI, fake: SlowableServer, workspace: Path, live: list[Live]
+) -> None:
+    # Every model call takes 0.3 s; the run's heartbeat (every 10 s: lease_ttl_s=30) brings
+    # the request, and the run stops at the step boundary after it.
+    fake.script(*(slow(read_call(n=i), 0.3) for i in range(200)))
+    proc = Live(cli, *run_args(fake, workspace, "--max-steps", "200"))
+    live.append(proc)
+    proc.wait_for(r"^step +0 ")
+    run_id = run_id_of(proc.out())
+    asked = cli("stop", run_id, "--reason", "enough reading", "--by", "ops", "--journal", "j.db")
+    assert asked.code == 0, asked
+    assert asked.out.startswith(f"run {run_id}: stop request written; the execution"), asked
+    done = proc.finish()
+    assert done.code == 130, done  # the exit code of a stopped run
+    assert re.search(rf"^run {run_id}: stopped after \d+ steps", done.out, re.M), done
+    assert "detail: enough reading" in done.out, done
+    listed = cli("runs", "--journal", "j.db", "--stop-reason", "stopped")
+    row = runs_rows(listed.out)[run_id]
+    assert (row["state"], row["stop_reason"], row["request"]) == ("ended", "stopped", "stop")
+    shown = cli("show", run_id, "--journal", "j.db")
+    assert re.search(r"^request: stop by ops at [-\d: ]+: enough reading$", shown.out, re.M), shown
+    again = cli("cancel", run_id, "--journal", "j.db")
+    assert again.code == 0, again
+    assert again.out.startswith(f"run {run_id} had already ended stopped, nothing changed")
+
+
+def test_stop_and_cancel_of_a_run_nobody_advances_end_it_at_once(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    asyncio.run(detached_run(cli.cwd / "j.db", "queued", cli_config(fake, workspace)))
+    done = cli("cancel", "queued", "--reason", "withdrawn", "--journal", "j.db")
+    assert done.code == 0, done
+    assert done.out.startswith("run queued ended cancelled now: nobody was advancing it"), done
+    assert sql(cli.cwd / "j.db", "SELECT stop_reason, stop_detail, request FROM runs") == [
+        ("cancelled", "withdrawn", "cancel")
+    ]
+    late = cli("stop", "queued", "--reason", "late", "--journal", "j.db")
+    assert late.code == 0 and "had already ended cancelled, nothing changed" in late.out, late
+    assert "cancel requested by" in late.out  # who came first
+    assert_one_line_error(cli("stop", "nope", "--reason", "x", "--journal", "j.db"))
+    assert_one_line_error(cli("stop", "queued", "--reason", " ", "--journal", "j.db"))
+    assert cli("stop", "queued", "--journal", "j.db").code == 2  # --reason is required
+
+
 # --- help and documentation ------------------------------------------------------------------
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")

@@ -364,3 +364,40 @@ def test_stats_follow_the_filters(app: ViewerApp) -> None:
 
 def test_limits_are_shown(app: ViewerApp) -> None:
     assert "max_observation_chars=120" in get(app, "/runs/run-task_completed").text
+
+
+def test_stopped_runs_and_pending_requests_are_shown_read_only(tmp_path: Path) -> None:
+    from polyloop.cli.view import build_report
+
+    path = tmp_path / "req.db"
+
+    async def go() -> str:
+        async with SQLiteJournal(path) as journal:
+            loop = Loop(ScriptedModel([]), journal=journal)
+            for run_id in ("stopped", "pending"):
+                lease = await journal.create(RunSpec(run_id, "g", Limits(), time.time()), ttl_s=600)
+                if run_id == "stopped":
+                    await journal.release(lease)  # nobody holds it: the stop ends it now
+            assert (await loop.stop("stopped", "ended by ops", by="ops")).happened == "ended"
+            # 'pending' is held by a live execution (this process): the request waits for it.
+            assert (await loop.cancel("pending", reason="wrong goal", by="ops")).happened == (
+                "requested"
+            )
+            return await build_report(journal, "pending", include_content=False)
+
+    report = asyncio.run(go())
+    with make_app(path) as viewer:
+        before = path.read_bytes()
+        listed = get(viewer, "/").text
+        assert 'class="badge reason-cancelled" data-reason="stopped">stopped</span>' in listed
+        assert 'class="badge request" title="cancel requested by ops at ' in listed
+        assert ">cancel requested</span>" in listed
+        pending = get(viewer, "/runs/pending").text
+        assert "Pending: cancel requested by ops at " in pending and "wrong goal" in pending
+        ended = get(viewer, "/runs/stopped").text
+        assert "Request: stop requested by ops at " in ended
+        assert get(viewer, "/?reason=stopped").status == 200
+        assert run_ids(get(viewer, "/?reason=stopped").text) == ["stopped"]
+        assert path.read_bytes() == before  # read-only
+    assert "cancel requested at " in report and "who and why withheld" in report
+    assert "wrong goal" not in report and "by ops" not in report

@@ -120,14 +120,17 @@ def filter_runs(
 
 def runs_table(rows: list[dict[str, Any]]) -> None:
     """One line per run; ``state`` is the journal's derived state (running, detached, stale,
-    ended), the counters are current while a run is in progress."""
-    cols = ["run_id", "created", "state", "stop_reason", "steps", "actions", "goal"]
+    ended), ``request`` the request to end it stored (``stop``, ``cancel``; on an ended run,
+    one that came too late or ended it), the counters are current while a run is in
+    progress."""
+    cols = ["run_id", "created", "state", "stop_reason", "request", "steps", "actions", "goal"]
     data = [
         [
             r["run_id"],
             _when(r["created_at"]),
             r.get("state", r["status"]),
             r["stop_reason"] or "",
+            r.get("request") or "",
             str(r["steps_used"]),
             str(r["actions_executed"]),
             _short(r["goal"], 40),
@@ -147,6 +150,9 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
     print(f"goal: {_short(run['goal'], 100)}")
     if run.get("stop_detail"):
         print(f"detail: {run['stop_detail']}")
+    request = request_line(run)
+    if request:
+        print(request)
     data = [
         [
             str(s.step_idx),
@@ -161,6 +167,17 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
     _table(SHOW_COLUMNS, data)
     if run.get("final_answer"):
         print(f"answer: {run['final_answer']}")
+
+
+def request_line(run: dict[str, Any]) -> str | None:
+    """``request: stop by WHO at WHEN (pending): REASON`` for a run with a request stored."""
+    kind = run.get("request")
+    if not kind:
+        return None
+    pending = " (pending)" if run["status"] != "ended" else ""
+    reason = f": {run['request_reason']}" if run.get("request_reason") else ""
+    when = _when(run.get("requested_at"))
+    return f"request: {kind} by {run.get('requested_by') or '?'} at {when}{pending}{reason}"
 
 
 def _no_action(s: StepRecord) -> str:

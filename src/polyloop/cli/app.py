@@ -538,6 +538,108 @@ def _on_ctrl_c(loop: Any, run_id: str, task: asyncio.Future[Any], printer: Any) 
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, handler)
 
 
+# -- ending a run from anywhere: `polyloop stop` and `polyloop cancel` ----------------------
+
+RequestJournalOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--journal",
+        help=f"SQLite journal file, or a postgresql:// URI (needs pip install "
+        f"'polyloop[postgres]'; default: ${JOURNAL_ENV} or ./{DEFAULT_JOURNAL}).",
+    ),
+]
+ByOpt = Annotated[
+    str | None,
+    typer.Option("--by", help="Who asks, stored as requested_by (default: user@host pid N)."),
+]
+
+
+class _NoModel:
+    """The model of the Loop that ``stop`` and ``cancel`` use: ending a run calls none."""
+
+    name = "none"
+
+    async def complete(self, request: Any) -> Any:
+        raise RuntimeError("polyloop stop and cancel never call a model")
+
+
+def _request(
+    journal: str | None, run_id: str, kind: str, reason: str | None, by: str | None
+) -> None:
+    """Store a request to end ``run_id`` and print what it did, in one line (exit 0 whatever
+    it did; 1 for no such run or a journal that cannot be written)."""
+    from polyloop import RunNotFound
+    from polyloop.batch import open_journal as open_spec
+
+    spec = _journal_spec(journal, must_exist=True)
+
+    async def go() -> Any:
+        j = open_spec(spec)
+        try:
+            loop = Loop(_NoModel(), journal=j)
+            try:
+                if kind == "stop":
+                    assert reason is not None
+                    return await loop.stop(run_id, reason, by=by)
+                return await loop.cancel(run_id, reason=reason, by=by)
+            except RunNotFound:
+                raise BadInput(f"no run {run_id!r} in {spec}") from None
+        finally:
+            await j.aclose()
+
+    try:
+        answer = _call(go)
+    except (ImportError, ValueError) as exc:  # a missing extra (psycopg), a bad value
+        raise _fail(str(exc).splitlines()[0]) from None
+    print(answer.describe(), flush=True)
+    raise typer.Exit(0)
+
+
+@app.command()
+def stop(
+    run_id: Annotated[str, typer.Argument(help="The run to stop.")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why; it becomes the run's stop_detail (required).")
+    ],
+    journal: RequestJournalOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """End a run with stop reason `stopped`, wherever it runs (another process or host).
+
+    The request is written to the journal. A run some process is advancing ends at the step
+    boundary after that process's next heartbeat (lease_ttl_s/3, 10 s by default): the step in
+    flight finishes and is recorded first. A run nobody is advancing (crashed, detached, never
+    started) is ended now. One line says which; an ended run is left as it is. Exit code 0
+    whatever happened to the run, 1 for no such run.
+
+    Example: polyloop stop 3f2a… --reason "budget exhausted" --journal polyloop.db
+    """
+    if not reason.strip():
+        raise _fail("stop --reason must not be empty (it becomes the run's stop_detail)")
+    _request(journal, run_id, "stop", reason, by)
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why; the start of its stop_detail.")
+    ] = None,
+    journal: RequestJournalOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """End a run with stop reason `cancelled`, wherever it runs (another process or host).
+
+    As a local cancellation: the process advancing it cancels it at its next heartbeat, and an
+    action in flight gets the cancellation grace to finish (else it is named in stop_detail,
+    its outcome unknown). A pending stop is replaced; a run nobody is advancing is ended now.
+    One line says what happened; exit code 0 whatever it was, 1 for no such run.
+
+    Example: polyloop cancel 3f2a… --reason "wrong goal" --journal postgresql://host/db
+    """
+    _request(journal, run_id, "cancel", reason, by)
+
+
 _STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
 
 

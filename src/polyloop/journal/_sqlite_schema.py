@@ -32,9 +32,11 @@ opens a journal of an older minor migrates it (adds what the minors since then a
 
 1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``); 1.2 added ``steps.model``
 and ``model_calls.model``, ``response_model``, ``cached_tokens``, ``reasoning_tokens`` (all
-nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd`` and the run's totals
+nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd``, the run's totals
 ``runs.tokens_used``, ``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end
-record; NULL before)."""
+record; NULL before) and ``runs.request``, ``request_reason``, ``requested_by``,
+``requested_at`` (all nullable: a request to end the run, see
+:class:`polyloop.types.EndRequest`)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -61,6 +63,10 @@ _RUNS_DDL = """CREATE TABLE runs (
     wording_version TEXT NOT NULL,
     stop_detail TEXT,
     final_answer TEXT,
+    request TEXT CHECK (request IN ('stop', 'cancel')),
+    request_reason TEXT,
+    requested_by TEXT,
+    requested_at REAL,
     goal TEXT NOT NULL,
     limits_json TEXT NOT NULL,
     metadata_json TEXT,
@@ -151,6 +157,10 @@ _ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
     (3, "runs", "cost_usd", "REAL"),
     (3, "runs", "active_seconds", "REAL"),
     (3, "runs", "usage_missing", "INTEGER"),
+    (3, "runs", "request", "TEXT CHECK (request IN ('stop', 'cancel'))"),
+    (3, "runs", "request_reason", "TEXT"),
+    (3, "runs", "requested_by", "TEXT"),
+    (3, "runs", "requested_at", "REAL"),
 )
 
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
@@ -188,6 +198,15 @@ _END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?
     final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, tokens_used = ?,
     cost_usd = ?, active_seconds = ?, usage_missing = ?, owner = NULL,
     lease_expires_at = NULL WHERE run_id = ?"""
+# Requests to end a run (journal schema 1.3): the columns, the run's state a request is decided
+# on, and writing one (never fenced: the requester holds no lease).
+_REQUEST_COLUMNS = ("request", "request_reason", "requested_by", "requested_at")
+_REQUEST_STATE = """SELECT status, owner, lease_expires_at, stop_reason, stop_detail, request,
+    request_reason, requested_by, requested_at FROM runs WHERE run_id = ?"""
+_WRITE_REQUEST = """UPDATE runs SET request = ?, request_reason = ?, requested_by = ?,
+    requested_at = ? WHERE run_id = ?"""
+_REQUEST_OF = f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM runs WHERE run_id = ?"
+_LAST_SEQ = "SELECT coalesce(max(seq), 0) FROM journal WHERE run_id = ?"
 # A step's append keeps the run's counters current, in the step's transaction; matching only
 # while the writer holds the lease, it is also the append's fence (0 rows: lease lost).
 _COUNT_STEPS = """UPDATE runs SET steps_used = steps_used + ?,

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..types import (
+    EndRequest,
     Lease,
     LeaseLost,
     Record,
+    RequestResult,
     RunEnd,
     RunExists,
     RunLeased,
@@ -33,6 +35,7 @@ class _Run:
     steps_used: int = 0
     actions_executed: int = 0
     end: RunEnd | None = None
+    request: EndRequest | None = None
 
 
 class MemoryJournal:
@@ -40,6 +43,8 @@ class MemoryJournal:
 
     Every ``append`` is atomic and immediately "durable" (for the life of the process).
     ``clock`` (epoch seconds) is injectable so lease expiry can be tested without sleeping.
+    It takes requests to end a run (``request_end``, the ``EndRequests`` seam) as the durable
+    journals do, for the ``Loop`` objects of this process.
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -90,31 +95,46 @@ class MemoryJournal:
         self, run_id: str, *, ttl_s: float
     ) -> tuple[Lease, RunSpec, Sequence[Record]]:
         run = self._get(run_id)
-        if (
-            run.owner is not None
-            and run.expires_at > self._clock()
-            and not owner_is_dead(run.owner)
-        ):
+        if self._held(run):
+            assert run.owner is not None
             raise RunLeased(run_id, run.owner, run.expires_at)
         lease = self._take(run, ttl_s)
         return lease, run.spec, tuple(run.records)
 
     async def append(self, lease: Lease, records: Sequence[Record]) -> None:
-        run = self._owned(lease)
-        run.records.extend(records)
-        for r in records:
-            if isinstance(r, StepWritten):
-                run.steps_used += 1
-                run.actions_executed += r.step.action_status == "executed"
-            elif isinstance(r, RunEnd):
-                run.owner = None
-                run.end = r
-                run.steps_used, run.actions_executed = r.steps_used, r.actions_executed
+        _extend(self._owned(lease), records)
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         run = self._owned(lease)
         run.expires_at = self._clock() + ttl_s
-        return Lease(lease.run_id, lease.owner, run.expires_at)
+        return Lease(lease.run_id, lease.owner, run.expires_at, run.request)
+
+    async def request_end(
+        self,
+        run_id: str,
+        request: EndRequest,
+        *,
+        seen: int,
+        end: Callable[[EndRequest], RunEnd],
+    ) -> RequestResult | None:
+        """The ``EndRequests`` seam: store ``request`` and, when nobody holds the run, end it
+        (see :class:`polyloop.seams.EndRequests`). Atomic (no await inside)."""
+        run = self._get(run_id)
+        if run.end is not None:
+            e = run.end
+            return RequestResult(run_id, "already_ended", run.request, e.stop_reason, e.stop_detail)
+        writes = request.replaces(run.request)
+        in_force = request if writes else run.request
+        assert in_force is not None
+        if self._held(run):
+            run.request = in_force
+            return RequestResult(run_id, "requested" if writes else "already_requested", in_force)
+        if len(run.records) != seen:
+            return None
+        run.request = in_force
+        record = end(in_force)
+        _extend(run, (record,))
+        return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
 
     async def release(self, lease: Lease) -> None:
         run = self._runs.get(lease.run_id)
@@ -131,7 +151,15 @@ class MemoryJournal:
     def _take(self, run: _Run, ttl_s: float) -> Lease:
         run.owner = new_owner()
         run.expires_at = self._clock() + ttl_s
-        return Lease(run.spec.run_id, run.owner, run.expires_at)
+        return Lease(run.spec.run_id, run.owner, run.expires_at, run.request)
+
+    def _held(self, run: _Run) -> bool:
+        """A live execution holds the run's lease (not expired, owner not provably dead)."""
+        return (
+            run.owner is not None
+            and run.expires_at > self._clock()
+            and not owner_is_dead(run.owner)
+        )
 
     def _owned(self, lease: Lease) -> _Run:
         run = self._get(lease.run_id)
@@ -143,8 +171,20 @@ class MemoryJournal:
         return run
 
 
+def _extend(run: _Run, records: Sequence[Record]) -> None:
+    run.records.extend(records)
+    for r in records:
+        if isinstance(r, StepWritten):
+            run.steps_used += 1
+            run.actions_executed += r.step.action_status == "executed"
+        elif isinstance(r, RunEnd):
+            run.owner = None
+            run.end = r
+            run.steps_used, run.actions_executed = r.steps_used, r.actions_executed
+
+
 def _listed(run: _Run) -> dict[str, Any]:
-    spec, end = run.spec, run.end
+    spec, end, req = run.spec, run.end, run.request
     return {
         "run_id": spec.run_id,
         "status": "running" if end is None else "ended",
@@ -159,6 +199,10 @@ def _listed(run: _Run) -> dict[str, Any]:
         "lease_expires_at": None if run.owner is None else run.expires_at,
         "wording_version": spec.wording_version,
         "journal_schema_version": None,
+        "request": None if req is None else req.kind,
+        "request_reason": None if req is None else req.reason,
+        "requested_by": None if req is None else req.by,
+        "requested_at": None if req is None else req.at,
         "goal": spec.goal,
         "limits": spec.limits.to_dict(),
         "metadata": None if spec.metadata is None else dict(spec.metadata),

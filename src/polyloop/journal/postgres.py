@@ -36,6 +36,14 @@ SQLite); the end record's transaction also sets the end columns and clears the o
 ``append`` returns after the COMMIT returned (PostgreSQL's ``synchronous_commit`` decides what
 "durable" means; its default flushes every commit).
 
+Requests to end a run (journal schema 1.3: ``runs.request``, ``request_reason``,
+``requested_by``, ``requested_at``, as in SQLite) are decided in a transaction that locks the
+run row (``SELECT ... FOR UPDATE``), so two requests, or a request and a claim, are decided one
+after the other: with a live owner (its lease unexpired on the server's clock, and not provably
+dead) only the request columns are written, and the owner's next ``renew`` returns them
+(``RETURNING`` them: no query of its own); with none, the same transaction takes the lease,
+moves ``version`` and writes the end record, so the run ends exactly once.
+
 Group commit. The appends that only add rows (every step's; not one that ends its run or
 retries a model call, which also update rows) queued in one turn of the event loop share one
 transaction: one fence for all their runs (``UPDATE runs ... FROM unnest(run_ids, owners,
@@ -74,11 +82,14 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
 from ..types import (
     STEP_SCHEMA_VERSION,
     ConfigError,
+    EndRequest,
     JournalError,
     Lease,
     LeaseLost,
     PolyLoopError,
     Record,
+    RequestResult,
+    RunEnd,
     RunExists,
     RunLeased,
     RunNotFound,
@@ -159,6 +170,10 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("wording_version", "TEXT NOT NULL"),
         ("stop_detail", "TEXT"),
         ("final_answer", "TEXT"),
+        ("request", "TEXT CHECK (request IN ('stop', 'cancel'))"),  # journal schema 1.3,
+        ("request_reason", "TEXT"),  # as the two below
+        ("requested_by", "TEXT"),
+        ("requested_at", "DOUBLE PRECISION"),
         ("goal", "TEXT NOT NULL"),
         ("limits_json", "TEXT NOT NULL"),
         ("metadata_json", "TEXT"),
@@ -252,7 +267,7 @@ _CLAIM = f"""UPDATE runs SET owner = %(owner)s, lease_expires_at = {_NOW} + %(tt
             AND s.action_status = 'executed')
     WHERE run_id = %(run_id)s AND (owner IS NULL OR lease_expires_at IS NULL
         OR lease_expires_at <= {_NOW} OR owner = %(dead)s::text)
-    RETURNING version"""
+    RETURNING version, request, request_reason, requested_by, requested_at"""
 # The fence. 0 rows (another execution owns the run) must stop the whole transaction, which is
 # sent in one round trip with the rows it guards: dividing by the row count raises
 # division_by_zero, PostgreSQL aborts the transaction and skips every statement after it. The
@@ -311,7 +326,18 @@ _MANY_CALLS = _insert_many(
 )
 _RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
-    RETURNING lease_expires_at"""
+    RETURNING request, request_reason, requested_by, requested_at"""
+# A request to end a run (journal schema 1.3): the row locked while the request is decided (two
+# requests, a claim and an append of the run wait for each other), with the server's clock.
+_REQUEST_STATE = f"""SELECT status, owner, lease_expires_at, stop_reason, stop_detail, request,
+        request_reason, requested_by, requested_at, {_NOW}
+    FROM runs WHERE run_id = %(run_id)s FOR UPDATE"""
+_WRITE_REQUEST = _pg(_sqlite_schema._WRITE_REQUEST)
+_LAST_SEQ = _pg(_sqlite_schema._LAST_SEQ)
+# Ending a run nobody holds: the lease is taken for the transaction (the end record releases
+# it) and the version moves, so a stale owner's next append is fenced out.
+_TAKE_TO_END = """UPDATE runs SET owner = %s, lease_expires_at = NULL, version = version + 1
+    WHERE run_id = %s"""
 _RELEASE = _pg(_sqlite_schema._RELEASE)
 _LEASE_OF = _pg(_sqlite_schema._LEASE_OF)
 _END_PENDING = _pg(_sqlite_schema._END_PENDING)
@@ -328,7 +354,8 @@ _LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
              ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
                    AND s.action_status = 'executed') END AS actions_executed,
         created_at, ended_at, owner, lease_expires_at, wording_version,
-        journal_schema_version, goal, limits_json, metadata_json
+        journal_schema_version, request, request_reason, requested_by, requested_at, goal,
+        limits_json, metadata_json
     FROM runs r {where} ORDER BY created_at, run_id COLLATE "C"
 """
 # By name, not ``SELECT *`` as SQLite reads them: a PostgreSQL journal is migrated when it is
@@ -616,7 +643,50 @@ class PostgresJournal:
                 row = await cur.fetchone()
                 if row is None:
                     raise await self._lease_lost(conn, lease)
-            return Lease(lease.run_id, lease.owner, local + ttl_s)
+            # The request stored for the run, if any: how its owner learns of one.
+            return Lease(lease.run_id, lease.owner, local + ttl_s, sqlite.stored_request(*row))
+
+        return await self._guarded(run())
+
+    async def request_end(
+        self,
+        run_id: str,
+        request: EndRequest,
+        *,
+        seen: int,
+        end: Callable[[EndRequest], RunEnd],
+    ) -> RequestResult | None:
+        """The ``EndRequests`` seam (:class:`polyloop.seams.EndRequests`), as
+        :meth:`SQLiteJournal.request_end` does it: one transaction holding the run row's lock
+        (``SELECT ... FOR UPDATE``; liveness on the server's clock); ending the run moves its
+        ``version``, so a stale owner's next append is fenced out. Raises ``RunNotFound``."""
+
+        async def run() -> RequestResult | None:
+            written_at = self._clock() if self._clock is not None else time.time()
+            params = {"run_id": run_id, "now": self._now()[1]}
+            async with self._connection() as conn, conn.transaction():
+                cur = await conn.execute(_REQUEST_STATE, params)
+                row = await cur.fetchone()
+                if row is None:
+                    raise RunNotFound(run_id)
+                answer, in_force, writes = sqlite.request_answer(
+                    run_id, request, row[:-1], float(row[-1])
+                )
+                if answer is None:
+                    cur = await conn.execute(_LAST_SEQ, (run_id,))
+                    last = await cur.fetchone()
+                    if last is None or last[0] != seen:
+                        return None  # written since the caller read it: read it again
+                if writes:
+                    values = _clean(sqlite.request_row(request))
+                    await conn.execute(_WRITE_REQUEST, (*values, run_id))
+                if answer is not None or in_force is None:
+                    return answer
+                record = end(in_force)
+                p = _prepare(Lease(run_id, new_owner(), 0.0), (record,))
+                await conn.execute(_TAKE_TO_END, (p.lease.owner, run_id))
+                await self._write_rows(conn, p, seen + 1, written_at)
+            return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
 
         return await self._guarded(run())
 
@@ -691,7 +761,7 @@ class PostgresJournal:
                 row = await cur.fetchone()
                 if row is not None:
                     self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
-                    return Lease(run_id, owner, local + ttl_s)
+                    return Lease(run_id, owner, local + ttl_s, sqlite.stored_request(*row[1:]))
                 cur = await conn.execute(_LEASE_OF, (run_id,))
                 current = await cur.fetchone()
                 if current is None:

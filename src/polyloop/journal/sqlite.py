@@ -5,7 +5,9 @@ Tables (their names and columns are public: downstream SQL reads them directly):
     runs         one row per run: run_id, owner, lease_expires_at, status ('running'|'ended'),
                  stop_reason (NULL until ended), steps_used, actions_executed, created_at,
                  ended_at, journal_schema_version, wording_version, stop_detail, final_answer,
-                 goal, limits_json, metadata_json, history_json
+                 request, request_reason, requested_by, requested_at (journal schema 1.3: a
+                 request to end the run, see below; NULL when none was made), goal,
+                 limits_json, metadata_json, history_json
     steps        one row per step record: run_id plus a column per StepRecord field, same
                  names (booleans as 0/1); PRIMARY KEY (run_id, step_idx). replaced_chars
                  arrived with journal schema 1.1, model with 1.2 (a writer adds them to an
@@ -47,6 +49,18 @@ connection's last committed write of the run left it owned by this execution, an
 connection has committed since (``PRAGMA data_version``, read under the write lock). Every write
 of this connection that changes an owner updates that memory.
 
+Requests to end a run (``Loop.stop`` / ``Loop.cancel``, ``polyloop stop`` / ``cancel``, from any
+process) are columns of the ``runs`` row: ``request`` ('stop'|'cancel'), ``request_reason``,
+``requested_by``, ``requested_at`` (epoch seconds). :meth:`SQLiteJournal.request_end` writes one,
+unfenced (the requester holds no lease), in a transaction that reads the lease under the write
+lock: with a live owner the row is all it writes (the owner reads it back with its next
+``renew``, which returns it in ``Lease.request``: no query of its own); with none it also writes
+the end record, fenced as any append, so the run ends exactly once. The columns stay after the
+run ended, naming the request that ended it (or that came too late)::
+
+    SELECT run_id, request, request_reason, requested_by FROM runs
+    WHERE status = 'running' AND request IS NOT NULL      -- requests not yet honoured
+
 Reads run in worker threads on their own connections (WAL: readers never wait for the writer),
 so the event loop never waits on SQLite.
 
@@ -75,6 +89,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ..types import (
     ConfigError,
+    EndRequest,
     ErrorInfo,
     JournalError,
     Lease,
@@ -86,6 +101,7 @@ from ..types import (
     ModelResult,
     PolyLoopError,
     Record,
+    RequestResult,
     RunEnd,
     RunExists,
     RunLeased,
@@ -93,6 +109,7 @@ from ..types import (
     RunSpec,
     StepRecord,
     StepWritten,
+    StopReason,
     Usage,
     canonical_json,
     record_from_dict,
@@ -109,6 +126,7 @@ from ._sqlite_schema import (
     _INSERT_JOURNAL,
     _INSERT_RUN,
     _INSERT_STEP,
+    _LAST_SEQ,
     _LEASE_OF,
     _MARK_UNCERTAIN,
     _READ_RECORDS,
@@ -116,7 +134,11 @@ from ._sqlite_schema import (
     _READ_STEPS,
     _RECOUNT,
     _RELEASE,
+    _REQUEST_COLUMNS,
+    _REQUEST_OF,
+    _REQUEST_STATE,
     _UPSERT_CALL,
+    _WRITE_REQUEST,
     JOURNAL_SCHEMA_VERSION,
     _check_journal_version,
     _open_read_only,
@@ -192,6 +214,56 @@ def _lease_lost(conn: sqlite3.Cursor, lease: Lease) -> PolyLoopError:
         f"run {lease.run_id!r}: this execution ({lease.owner}) no longer holds the lease "
         f"(held by {row[0] or 'nobody'}); stop without writing"
     )
+
+
+def stored_request(kind: object, reason: object, by: object, at: object) -> EndRequest | None:
+    """The request of a ``runs`` row's request columns (any backend), or None."""
+    if kind not in ("stop", "cancel"):
+        return None
+    return EndRequest(
+        "stop" if kind == "stop" else "cancel",
+        None if reason is None else str(reason),
+        "" if by is None else str(by),
+        float(at or 0.0),  # type: ignore[arg-type]
+    )
+
+
+def request_row(request: EndRequest) -> tuple[str, str | None, str, float]:
+    """The request columns' values for ``request``: request, request_reason, requested_by,
+    requested_at."""
+    return (request.kind, request.reason, request.by, request.at)
+
+
+def _known_reason(value: object) -> str | None:
+    """A stored stop reason: the ``StopReason`` when this version knows it, else the string."""
+    if value is None:
+        return None
+    try:
+        return StopReason(str(value))
+    except ValueError:
+        return str(value)
+
+
+def request_answer(
+    run_id: str, request: EndRequest, row: Sequence[Any], now: float
+) -> tuple[RequestResult | None, EndRequest | None, bool]:
+    """What ``request`` does to a run whose ``_REQUEST_STATE`` row is ``row``, at ``now``
+    (epoch seconds, the clock leases are decided on), in the order the ``EndRequests`` seam
+    gives (any backend): (the answer, or None when the run ends now; the request in force;
+    whether ``request`` is written)."""
+    status, owner, expiry, reason, detail, *columns = row
+    stored = stored_request(*columns)
+    if status != "running":
+        ended = RequestResult(run_id, "already_ended", stored, _known_reason(reason), detail)
+        return ended, stored, False
+    writes = request.replaces(stored)
+    in_force = request if writes else stored
+    if owner is not None and float(expiry or 0.0) > now and not owner_is_dead(str(owner)):
+        happened: Literal["requested", "already_requested"] = (
+            "requested" if writes else "already_requested"
+        )
+        return RequestResult(run_id, happened, in_force), in_force, writes
+    return None, in_force, writes
 
 
 def _error_text(error: ErrorInfo) -> str:
@@ -538,11 +610,10 @@ class SQLiteJournal:
                 now_owner = conn.execute(_LEASE_OF, (run_id,)).fetchone()
                 raise RunLeased(run_id, str(now_owner[0]), float(now_owner[1] or 0.0))
             conn.execute(_RECOUNT, (run_id,))
-            nxt = conn.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
+            nxt = conn.execute(_LAST_SEQ, (run_id,)).fetchone()[0] + 1
             seqs.set(run_id, (owner, nxt))
-            return Lease(run_id, owner, expires)
+            request = stored_request(*conn.execute(_REQUEST_OF, (run_id,)).fetchone())
+            return Lease(run_id, owner, expires, request)
 
         lease: Lease = await self._write(run, run_id, give_back=True)
         try:
@@ -566,10 +637,51 @@ class SQLiteJournal:
             )
             if cur.rowcount != 1:
                 raise _lease_lost(conn, lease)
-            return Lease(lease.run_id, lease.owner, expires)
+            # The request stored for the run, if any: how its owner learns of one.
+            request = stored_request(*conn.execute(_REQUEST_OF, (lease.run_id,)).fetchone())
+            return Lease(lease.run_id, lease.owner, expires, request)
 
         renewed: Lease = await self._write(run, lease.run_id)
         return renewed
+
+    async def request_end(
+        self,
+        run_id: str,
+        request: EndRequest,
+        *,
+        seen: int,
+        end: Callable[[EndRequest], RunEnd],
+    ) -> RequestResult | None:
+        """The ``EndRequests`` seam (:class:`polyloop.seams.EndRequests`): store ``request`` in
+        the run's row and, when no live execution holds the run, append the end record
+        ``end(...)`` (fenced: the transaction takes the lease and the end record releases it),
+        all in one transaction under the write lock, so two requests racing are decided one
+        after the other and the run ends exactly once. Raises ``RunNotFound``."""
+        clock = self._clock
+
+        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> RequestResult | None:
+            row = conn.execute(_REQUEST_STATE, (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(run_id)
+            answer, in_force, writes = request_answer(run_id, request, row, clock())
+            if answer is None and conn.execute(_LAST_SEQ, (run_id,)).fetchone()[0] != seen:
+                return None  # written since the caller read it: read it again
+            if writes:
+                conn.execute(_WRITE_REQUEST, (*request_row(request), run_id))
+            if answer is not None or in_force is None:
+                return answer
+            record = end(in_force)
+            me = new_owner()  # held for this transaction only: the end record releases it
+            conn.execute(
+                "UPDATE runs SET owner = ?, lease_expires_at = ? WHERE run_id = ?",
+                (me, clock(), run_id),
+            )
+            seqs.set(run_id, None)
+            _append_fn(_prepare(Lease(run_id, me, 0.0), (record,)), clock)(conn, seqs)
+            return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
+
+        answer: RequestResult | None = await self._write(run, run_id)
+        return answer
 
     async def release(self, lease: Lease) -> None:
         await self._write(_release_fn(lease), lease.run_id)
@@ -733,6 +845,9 @@ def _list_runs(
     conn: sqlite3.Connection, status: str | None, run_id: str | None, now: float
 ) -> list[dict[str, Any]]:
     where, params = _run_filters(status, run_id, "?")
+    # A journal of an older minor, read without migrating it, has no request columns.
+    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    requests = ", ".join(c if c in have else f"NULL AS {c}" for c in _REQUEST_COLUMNS)
     # A running run still at 0 steps may come from a journal written before the counters were
     # kept current per step: counted from ``steps`` (nothing to count for a new run).
     cur = conn.execute(
@@ -744,7 +859,7 @@ def _list_runs(
                  ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
                        AND s.action_status = 'executed') END AS actions_executed,
             created_at, ended_at, owner, lease_expires_at, wording_version,
-            journal_schema_version, goal, limits_json, metadata_json
+            journal_schema_version, {requests}, goal, limits_json, metadata_json
         FROM runs r {where} ORDER BY created_at, run_id""",
         params,
     )

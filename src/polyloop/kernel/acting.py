@@ -25,7 +25,6 @@ from ..types import (
     MalformedValue,
     Outcome,
     OutcomeUnknown,
-    PendingAction,
     Record,
     ReplayPolicy,
     RunResult,
@@ -35,6 +34,7 @@ from ..types import (
 )
 from . import liveness, stopping
 from .report import build_report
+from .requests import pending_action
 from .steps import (
     action_step,
     observation_cut,
@@ -53,7 +53,6 @@ __all__ = [
     "handed_over",
     "not_an_outcome",
     "not_awaitable",
-    "pending_of",
     "replay_action",
     "result_record",
     "self_cancelled",
@@ -64,14 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("polyloop")
-
-
-def pending_of(intent: ActionIntent, policy: ReplayPolicy) -> PendingAction:
-    """The action of ``intent``, whose outcome is not known, under ``policy``."""
-    a = intent.action
-    return PendingAction(
-        intent.step_idx, intent.op_id, a.tool_name, intent.args_json, a.text, policy
-    )
 
 
 def wake(waiter: asyncio.Future[None], _: object) -> None:
@@ -175,6 +166,13 @@ async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
 
 async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
     await liveness.keep_lease_margin(d)
+    task = d._task
+    if task is not None and task.cancelling():
+        # A cancellation requested since the last await (by the caller, or a cancel
+        # request) is delivered here, so the action never starts, whether or not the
+        # journal's write of its intent awaited; a count left by a cancellation someone
+        # caught earlier only costs this yield.
+        await asyncio.sleep(0)
     intent = sc.intent
     ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id)
     if d._observers:
@@ -300,5 +298,5 @@ async def settle(
 
 
 async def end_unknown(d: RunDriver, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
-    pending = pending_of(intent, policy)
+    pending = pending_action(intent, policy)
     return await d._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)

@@ -8,10 +8,13 @@ from typing import Any
 from ..seams import Context
 from ..types import (
     ConfigError,
+    EndRequest,
     JournalError,
     Limits,
     LimitsChanged,
     Message,
+    RequestKind,
+    RequestResult,
     RunEnd,
     RunResult,
     RunSpec,
@@ -20,6 +23,7 @@ from ..types import (
 )
 from .ids import new_id
 from .replay import Replayed, replay
+from .requests import default_by, request_end
 from .run import KernelConfig, RunDriver, build_result
 
 __all__ = ["Kernel"]
@@ -111,6 +115,27 @@ class Kernel:
             return False
         driver.detach_requested = True
         return True
+
+    async def request(
+        self, run_id: str, kind: RequestKind, reason: str | None, by: str | None
+    ) -> RequestResult:
+        """Store a request to end ``run_id`` and act on it (:mod:`polyloop.kernel.requests`):
+        a run this kernel drives gets it at once; another live owner at its next heartbeat;
+        a run nobody holds is ended now."""
+        verb = f"Loop.{kind}"
+        _refuse_invalid_text(verb, run_id=run_id, reason=reason, by=by)
+        if kind == "stop" and not (isinstance(reason, str) and reason.strip()):
+            raise ConfigError(f"{verb}: give a reason (it becomes the run's stop_detail)")
+        if reason is not None and not isinstance(reason, str):
+            raise ConfigError(f"{verb}: reason must be a str, got {type(reason).__name__}")
+        asked = EndRequest(kind, reason, by or default_by(), self.cfg.clock.time())
+
+        def deliver(answer: RequestResult) -> None:
+            driver = self._active.get(run_id)
+            if driver is not None and answer.happened in ("requested", "already_requested"):
+                driver.take_request(answer.request or asked)
+
+        return await request_end(self.cfg.journal, self.cfg.clock, run_id, asked, deliver)
 
     async def _drive(self, driver: RunDriver, interrupted: Any) -> RunResult:
         self._active[driver.run_id] = driver

@@ -20,6 +20,7 @@ from ..types import (
     StopReason,
 )
 from . import acting, stopping
+from .requests import pending_action, request_detail
 
 if TYPE_CHECKING:
     from .run import RunDriver
@@ -89,12 +90,14 @@ async def on_cancel(d: RunDriver) -> None:
             records = (result, *seen.records, d._add_to_context(step, sc.reply, cut))
         else:
             started = d._action_task is not None or sc.resumed  # it may have run
-            pending = acting.pending_of(intent, intent.replay_policy)
+            pending = pending_action(intent, intent.replay_policy)
             detail = (
                 f"in-flight action {pending.describe()}: outcome unknown"
                 if started
                 else f"action {pending.describe()}: cancelled before it started"
             )
+    if d._cancel_sent:  # a cancel request's reason comes first
+        detail = request_detail(d.request, detail)
     end = RunEnd(
         StopReason.cancelled,
         detail,
@@ -163,6 +166,8 @@ async def heartbeat(d: RunDriver) -> None:
     ttl = d.cfg.lease_ttl_s
     try:
         d.lease = await d.cfg.journal.renew(d.lease, ttl_s=ttl)
+        if d.lease.request is not None:  # how a request from elsewhere arrives
+            d.take_request(d.lease.request)
     except LeaseLost:
         if not d._ended:  # an end record releases the lease: nothing was lost
             log.error("run %s lost its lease; its next write is refused", d.run_id)
@@ -179,3 +184,5 @@ async def keep_lease_margin(d: RunDriver) -> None:
     ttl = d.cfg.lease_ttl_s
     if d.lease.expires_at - time.time() < ttl / 3:
         d.lease = await d.cfg.journal.renew(d.lease, ttl_s=ttl)
+        if d.lease.request is not None:
+            d.take_request(d.lease.request)

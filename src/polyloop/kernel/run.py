@@ -47,6 +47,7 @@ from ..types import (
     ActionIntent,
     ActionResult,
     Complete,
+    EndRequest,
     Escalate,
     Escalation,
     EscalationReport,
@@ -55,6 +56,7 @@ from ..types import (
     GuardContext,
     GuardVerdict,
     InvalidDecision,
+    JournalError,
     Lease,
     ModelReply,
     ModelResult,
@@ -87,6 +89,7 @@ from . import wrap_up as wrapping
 from .ids import new_id
 from .replay import Interrupted, Replayed
 from .report import build_handover_report
+from .requests import requested_ending
 from .steps import (
     final_answer_step,
     invalid_step,
@@ -179,6 +182,12 @@ class RunDriver:
         # The action in flight, in its own task: from its start until its result is durable.
         self._action_task: asyncio.Future[Outcome] | None = None
         self._intent_written: StepCtx | None = None
+        # A request to end the run (Loop.stop / Loop.cancel): from the lease it was started
+        # with, a renewal's, or this process's Loop directly (take_request).
+        self.request: EndRequest | None = lease.request
+        self._task: asyncio.Task[object] | None = None  # the task driving the run
+        self._cancel_sent = False  # a cancel request cancelled _task
+        self._closing = False  # past the point where a cancel request may cancel _task
         self._beat: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Future[None] | None = None
         # The models a step may ask, in order: a FallbackModel's, or the one model.
@@ -200,21 +209,36 @@ class RunDriver:
     async def drive(self, interrupted: Interrupted | None) -> RunResult:
         """Run to the end. Raises ``RunDetached`` after a detach, re-raises cancellation after
         writing the ``cancelled`` end record, and lets any other exception propagate with no
-        end record (the run stays resumable). The lease is released on every way out."""
+        end record (the run stays resumable). The lease is released on every way out.
+
+        A cancel request (:meth:`take_request`) cancels the task driving the run: the run
+        ends ``cancelled`` as on any cancellation, but nobody cancelled the caller, so its
+        cancellation is taken back (``Task.uncancel``) and the result is returned; if the
+        caller was cancelled too, ``CancelledError`` propagates as usual."""
+        self._task = asyncio.current_task()
         liveness.arm_heartbeat(self)
         try:
             st = self.state
             self._emit(RunStarted(self.run_id, self.spec.goal, self.resumed, len(st.steps)))
+            if self.request is not None:  # stored before this execution took the run
+                return await self._end_requested(interrupted)
             result = await self._continue(interrupted) if interrupted is not None else None
             while result is None:
+                if stopping.requested(self.request) is not None:  # before A
+                    return await self._end_requested(None)
                 if self.detach_requested:
                     raise RunDetached(self.run_id, len(st.steps))
                 result = await self._iteration()
             return result
         except asyncio.CancelledError:
+            self._closing = True
             await liveness.on_cancel(self)
+            task = self._task
+            if self._cancel_sent and task is not None and task.uncancel() == 0:
+                return self._requested_cancel()  # only the request cancelled it
             raise
         finally:
+            self._closing = True
             liveness.stop_heartbeat(self)
             if not self._ended:
                 try:
@@ -438,6 +462,40 @@ class RunDriver:
             self.run_id, steps, st.ledger, st.limits, escalation, self.cfg.report_hook
         )
 
+    # -- requests to end the run --------------------------------------------------------------
+    def take_request(self, request: EndRequest) -> None:
+        """A request to end the run, from its lease or from this process's ``Loop``: a stop
+        ends it at the next step boundary; a cancel cancels the task driving it now (an action
+        in flight gets the cancellation grace). A cancel replaces a stop; nothing replaces a
+        cancel. Returns at once."""
+        if not request.replaces(self.request):
+            return
+        self.request = request
+        task = self._task
+        if request.kind != "cancel" or self._closing or self._cancel_sent:
+            return
+        if task is not None and not task.done():
+            self._cancel_sent = True
+            task.cancel(f"cancel requested by {request.by}")
+
+    async def _end_requested(self, interrupted: Interrupted | None) -> RunResult:
+        """End the run as its request asks, with nothing in flight here (at a step boundary,
+        or where a crash left it: an action intent without result is named, its outcome
+        unknown)."""
+        assert self.request is not None
+        reason, detail, pending = requested_ending(self.request, interrupted)
+        return await self._end(reason, detail, pending=pending)
+
+    def _requested_cancel(self) -> RunResult:
+        """The result of a run a cancel request cancelled (the caller was not cancelled)."""
+        if self.state.end is None:
+            raise JournalError(
+                f"run {self.run_id!r}: cancelled on request, but its cancelled end record was "
+                "not durable in time; the run stays resumable and its request stored (a resume "
+                "ends it cancelled)"
+            )
+        return build_result(self.spec, self.state, self.context)
+
     # -- writing ------------------------------------------------------------------------------
     async def _write(self, records: tuple[Record, ...]) -> None:
         try:
@@ -455,6 +513,8 @@ class RunDriver:
                 self._action_task = self._intent_written = None
             elif kind is RunEnd:
                 self._ended = True
+                assert isinstance(r, RunEnd)
+                self.state.end = r
 
     def _add_to_context(self, step: StepRecord, reply: ModelReply | None, cut: int) -> StepWritten:
         """Add the step to the trajectory and the context; its record, with the run's active

@@ -2,6 +2,11 @@
 
 Each iteration asks, in this order:
 
+* Before A, at the start of every iteration (and before a detach takes effect):
+  :func:`requested` — a request to end the run (``Loop.stop`` / ``Loop.cancel``, from any
+  process) that its owner has received ends it at this step boundary, so the step in progress
+  when it arrived was recorded first. A run resumed with a request stored ends at once,
+  before the step a crash interrupted is finished.
 * A. :func:`admit` — budgets settle at the *start* of an iteration, never at the end of the
   previous one, so a run that completes on its last allowed step is ``task_completed``:
   steps, actions, tokens, cost, active time, in that order.
@@ -19,7 +24,7 @@ Each iteration asks, in this order:
 
 from __future__ import annotations
 
-from ..types import ActionStatus, Limits, Outcome, StopReason
+from ..types import ActionStatus, EndRequest, Limits, Outcome, StopReason
 
 __all__ = [
     "FINAL_ANSWER",
@@ -31,11 +36,20 @@ __all__ = [
     "context_overflows",
     "failure_repeated",
     "failure_signals",
+    "requested",
 ]
 
 MODEL_FAILED = StopReason.llm_error
 FINAL_ANSWER = StopReason.agent_finished
 HANDED_OVER = StopReason.escalated
+
+
+def requested(request: EndRequest | None) -> StopReason | None:
+    """Before A. A stop request ends the run ``stopped``; a cancel request that reaches a step
+    boundary (its cancellation of the run's task did not end it first) ``cancelled``."""
+    if request is None:
+        return None
+    return StopReason.cancelled if request.kind == "cancel" else StopReason.stopped
 
 
 def admit(

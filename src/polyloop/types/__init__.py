@@ -70,6 +70,7 @@ from ._report import (
     RoundEntry,
     detect_pattern,
 )
+from ._requests import EndRequest, RequestHappened, RequestKind, RequestResult
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
@@ -112,6 +113,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Decision",
+    "EndRequest",
     "EnvironmentFailure",
     "ErrorInfo",
     "Escalate",
@@ -155,6 +157,9 @@ __all__ = [
     "Record",
     "ReplayPolicy",
     "ReportHook",
+    "RequestHappened",
+    "RequestKind",
+    "RequestResult",
     "RetryPolicy",
     "RoundEntry",
     "RunDetached",

@@ -19,10 +19,12 @@ class StopReason(enum.StrEnum):
     ``StrEnum`` makes ``str(x) == f"{x}" == x.value`` (a ``str, Enum`` mix-in would print
     ``StopReason.step_budget`` in an f-string and silently break SQL).
 
-    The ``cancelled`` asymmetry: on cancellation ``asyncio.CancelledError`` is re-raised and
-    ``Loop.run`` returns **no** result, so ``result.stop_reason == StopReason.cancelled`` can never
-    be true on a result that ``run`` returned. ``cancelled`` appears only in the journal's end
-    record and in the result that ``Loop.resume`` rebuilds for a cancelled run.
+    The ``cancelled`` asymmetry: when the caller's task is cancelled, ``asyncio.CancelledError``
+    is re-raised and ``Loop.run`` returns **no** result (structured concurrency stays intact).
+    A cancel *request* (``Loop.cancel(run_id)``, ``polyloop cancel``, from any process) cancelled
+    no caller, so there ``run``/``resume`` return the result with ``stop_reason == cancelled``.
+    Otherwise ``cancelled`` appears only in the journal's end record and in the result that
+    ``Loop.resume`` rebuilds for a cancelled run.
     """
 
     task_completed = "task_completed"
@@ -44,7 +46,8 @@ class StopReason(enum.StrEnum):
     action_budget = "action_budget"
     """The executed-action budget (``Limits.max_actions``) was exhausted."""
     cancelled = "cancelled"
-    """External cancellation (only in the journal and in results rebuilt by ``resume``)."""
+    """External cancellation: of the caller's task (then only in the journal and in results
+    rebuilt by ``resume``), or a cancel request (``Loop.cancel``: ``run`` returns it)."""
     resume_state_unknown = "resume_state_unknown"
     """Resume found an action intent without a result that may not be replayed."""
     repeated_failure = "repeated_failure"

@@ -22,6 +22,7 @@ from ._errors import JournalError
 from ._guards import GuardVerdict
 from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._report import EscalationReport
+from ._requests import EndRequest
 from ._step import StepRecord
 from ._values import (
     Action,
@@ -291,19 +292,25 @@ class Lease:
 
     ``owner`` names the execution (host id, pid, process start time, random token); two
     executions never share one. Journals fence every write of a run with its lease.
+
+    ``request``: the request to end the run stored in its ``runs`` row when the journal handed
+    this lease out (``acquire``, ``renew``), or None; journals that take no requests leave it
+    None. The owner learns of a request from it, with no read of its own.
     """
 
     run_id: str
     owner: str
     expires_at: float
+    request: EndRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """The result of a run (kernel.md §9). Also rebuilt by ``Loop.resume`` of an ended run.
 
-    ``stop_reason`` is never ``cancelled`` on a result that ``Loop.run`` returned (it re-raises
-    instead); only a rebuilt result of a cancelled run carries it.
+    ``stop_reason`` is ``cancelled`` on a result that ``Loop.run`` returned only after a cancel
+    request (``Loop.cancel``); a cancellation of the caller's task re-raises instead, and then
+    only a rebuilt result of the cancelled run carries it.
     """
 
     run_id: str

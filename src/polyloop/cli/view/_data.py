@@ -69,6 +69,12 @@ class RunRow:
     goal: str
     metadata: dict[str, Any] | None
     limits: dict[str, Any]
+    request: str | None = None
+    """The request to end the run stored in its row (``stop``, ``cancel``), or None: pending
+    while the run has not ended; on an ended run, the one that ended it or came too late."""
+    request_reason: str | None = None
+    requested_by: str | None = None
+    requested_at: float | None = None
 
     @property
     def live(self) -> bool:
@@ -82,7 +88,14 @@ class RunRow:
 
     def token(self) -> tuple[Any, ...]:
         """Changes whenever the run's shown state does."""
-        return (self.status, self.steps_used, self.actions_executed, self.stop_reason, self.state)
+        return (
+            self.status,
+            self.steps_used,
+            self.actions_executed,
+            self.stop_reason,
+            self.state,
+            self.request,
+        )
 
 
 def run_row(d: dict[str, Any], now: float) -> RunRow:
@@ -109,6 +122,10 @@ def run_row(d: dict[str, Any], now: float) -> RunRow:
         goal=d.get("goal") or "",
         metadata=d.get("metadata") if isinstance(d.get("metadata"), dict) else None,
         limits=d.get("limits") or {},
+        request=d.get("request"),
+        request_reason=d.get("request_reason"),
+        requested_by=d.get("requested_by"),
+        requested_at=None if d.get("requested_at") is None else float(d["requested_at"]),
     )
 
 

@@ -20,6 +20,7 @@ REASON_CLASS = {
     "repeated_failure": "human",
     "escalated": "human",
     "cancelled": "cancelled",
+    "stopped": "cancelled",
 }
 
 

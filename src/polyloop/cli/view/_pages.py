@@ -170,7 +170,7 @@ def runs_tbody(rows: Sequence[RunRow], now: float) -> str:
             f'data-reason="{esc(r.stop_reason or "")}">'
             f'<td class="id"><a href="/runs/{q(r.run_id)}">{esc(short(r.run_id, 24))}</a></td>'
             f'<td class="when">{esc(when(r.created_at))}</td>'
-            f'<td class="reason">{badge(r.stop_reason, state=r.state)}</td>'
+            f'<td class="reason">{badge(r.stop_reason, state=r.state)}{_pending(r)}</td>'
             f'<td class="num steps">{r.steps_used}</td>'
             f'<td class="num actions">{r.actions_executed}</td>'
             f'<td class="num duration">{esc(_run_duration(r, now))}</td>'
@@ -178,6 +178,27 @@ def runs_tbody(rows: Sequence[RunRow], now: float) -> str:
             f'<td class="meta">{_meta_chips(r.metadata)}</td></tr>'
         )
     return "".join(out)
+
+
+def _pending(r: RunRow) -> str:
+    """A badge for a request to end a run that has not ended yet (read-only: the viewer
+    shows it, ``polyloop stop``/``cancel`` make it)."""
+    if r.request is None or r.status == "ended":
+        return ""
+    return (
+        f' <span class="badge request" title="{esc(_request_text(r))}">'
+        f"{esc(r.request)} requested</span>"
+    )
+
+
+def _request_text(r: RunRow, *, content: bool = True) -> str:
+    """``stop requested by WHO at WHEN: REASON`` (without ``content``: who and why withheld,
+    as a shared report withholds the stop detail)."""
+    at = "" if r.requested_at is None else f" at {when(r.requested_at)}"
+    if not content:
+        return f"{r.request} requested{at} (who and why withheld)"
+    reason = f": {r.request_reason}" if r.request_reason else ""
+    return f"{r.request} requested by {r.requested_by or '?'}{at}{reason}"
 
 
 def _run_duration(r: RunRow, now: float) -> str:
@@ -535,6 +556,12 @@ def _ending(detail: RunDetail, d: Disclosure) -> str:
             "stale": "not ended, its owner is gone (lease expired or process dead: resumable)",
         }.get(run.state, "not ended")
         parts.append(f"<p>Run {badge(None, state=run.state)} — {esc(state)}.</p>")
+        if run.request is not None:
+            parts.append(
+                f'<p class="request">Pending: {esc(_request_text(run, content=d.content))} '
+                "(the execution advancing the run ends it at its next heartbeat; a run nobody "
+                "advances is ended by the next resume or request).</p>"
+            )
         if detail.in_flight:
             parts.append(f'<p class="in-flight">In flight: {esc(detail.in_flight)}</p>')
         return (
@@ -545,6 +572,9 @@ def _ending(detail: RunDetail, d: Disclosure) -> str:
         f'<p class="stopped">Stopped: {badge(run.stop_reason)} after {run.steps_used} steps, '
         f"{run.actions_executed} actions.</p>"
     )
+    if run.request is not None:
+        text = _request_text(run, content=d.content)
+        parts.append(f'<p class="request dim">Request: {esc(text)}.</p>')
     if run.stop_detail:
         if d.content:
             parts.append(
