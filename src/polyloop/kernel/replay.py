@@ -111,6 +111,20 @@ class Replayed:
         """The run's totals, with ``active_s`` seconds of activity."""
         return RunTotals(self.tokens, self.cost_usd, active_s, self.usage_missing)
 
+    def turn(self, step: StepRecord, reply: ModelReply | None, cut: int, active_s: float) -> Turn:
+        """What the context builder is given for ``step``, the last of ``steps`` (the same
+        live and in replay, so a resumed run's context is the undisturbed run's)."""
+        return Turn(
+            step,
+            reply,
+            cut,
+            len(self.steps),
+            self.actions_executed,
+            self.limits,
+            failure_seen=self.ledger.seen_at(step.step_idx),
+            totals=self.turn_totals(active_s),
+        )
+
     def turn_totals(self, active_s: float) -> RunTotals | None:
         """The totals a step's ``Turn`` carries: None unless the run has a token, cost or time
         budget (the budget hint reads them only then; a step builds nothing for them)."""
@@ -205,18 +219,7 @@ def replay(
                 if cur is not None and cur.action_result is not None:
                     st.observe(step, cur.action_result.outcome)
                 if context is not None:
-                    context.add_step(
-                        Turn(
-                            step,
-                            reply,
-                            cut,
-                            len(st.steps),
-                            st.actions_executed,
-                            st.limits,
-                            failure_seen=st.ledger.seen_at(step.step_idx),
-                            totals=st.turn_totals(st.active_s),
-                        )
-                    )
+                    context.add_step(st.turn(step, reply, cut, st.active_s))
                 cur = None
             case RunEnd():
                 st.end = rec

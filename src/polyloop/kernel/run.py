@@ -80,7 +80,6 @@ from ..types import (
     StepWritten,
     StopReason,
     ToolSpec,
-    Turn,
     clean_text,
 )
 from . import acting, liveness, stopping
@@ -118,8 +117,11 @@ class KernelConfig:
     clock: Clock
     wording_version: str
     guards: tuple[RunEndGuard, ...] = ()
-    wrap_up_prompt: str | None = None
-    """``Loop(wrap_up=True)``: the wrap-up call's message (``Templates.wrap_up``); None: off."""
+    wrap_up: bool = False
+    """``Loop(wrap_up=True)``: a budget stop first makes the wrap-up call."""
+    wrap_up_prompt: str = ""
+    """The wrap-up call's message (``Templates.wrap_up``), given also when ``wrap_up`` is off:
+    a resume finishes a wrap-up the journal shows begun, whatever the Loop resuming it says."""
     wrap_up_no_action: str = ""
     """The observation of a wrap-up reply that called a tool (``Templates.wrap_up_no_action``)."""
     report_hook: ReportHook | None = None
@@ -253,7 +255,7 @@ class RunDriver:
             st.limits, len(st.steps), st.actions_executed, st.tokens, st.cost_usd, self._active()
         )
         if reason is not None:
-            if self.cfg.wrap_up_prompt is not None:
+            if self.cfg.wrap_up:
                 return await wrapping.begin(self, reason)
             return await self._end(reason)
         # B. Context size: no step, no intent.
@@ -522,18 +524,7 @@ class RunDriver:
         st = self.state
         st.steps.append(step)
         active = self._active()
-        self.context.add_step(
-            Turn(
-                step,
-                reply,
-                cut,
-                len(st.steps),
-                st.actions_executed,
-                st.limits,
-                failure_seen=st.ledger.seen_at(step.step_idx),
-                totals=st.turn_totals(active),
-            )
-        )
+        self.context.add_step(st.turn(step, reply, cut, active))
         return StepWritten(step, active)
 
     async def _append_step(
