@@ -137,7 +137,8 @@ class Loop:
                 clock=clock or SystemClock(),
                 wording_version=_wording_version(templates, environment),
                 guards=_guards(guards),
-                wrap_up_prompt=templates.wrap_up if wrap_up else None,
+                wrap_up=wrap_up,
+                wrap_up_prompt=templates.wrap_up,
                 wrap_up_no_action=templates.wrap_up_no_action,
                 report_hook=report_hook,
             )

@@ -241,3 +241,45 @@ async def test_a_crash_around_any_write_of_a_spending_run_resumes_to_the_same_en
         # journaled results count.
         assert r.totals.tokens == ref.totals.tokens, n
         assert r.totals.cost_usd == pytest.approx(ref.totals.cost_usd), n
+
+
+async def test_a_wrap_up_a_crash_interrupted_is_finished_by_a_loop_without_wrap_up() -> None:
+    intent, _ = await wrap_up_writes()
+    journal = RecordingJournal(crash_at=intent, crash_after=True)
+    with pytest.raises(Crash):
+        await loop_of(ScriptedModel([call("noop"), call("noop")]), journal).run("go", run_id="r")
+    plain = Loop(
+        ScriptedModel(["42"]),
+        tools=make_tools(),
+        journal=RecordingJournal(journal.inner),  # type: ignore[arg-type]
+        limits=Limits(max_steps=2),
+        clock=FakeClock(),
+    )
+    r = await plain.resume("r")  # the journal says a wrap-up began: it is finished
+    assert r.stop_reason == StopReason.step_budget and r.final_answer == "42"
+    assert r.steps[-1].wrap_up
+
+
+async def test_a_wrap_up_reply_the_interpreter_cannot_read_is_journaled_first() -> None:
+    class Breaks:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def interpret(self, reply: ModelReply, tool_specs: object) -> object:
+            from polyloop.interpreters import NativeToolCallInterpreter
+
+            if not tool_specs:  # the wrap-up call: no tools
+                self.calls += 1
+                if self.calls == 1:
+                    raise RuntimeError("interpreter bug")
+            return NativeToolCallInterpreter().interpret(reply, tool_specs)  # type: ignore[arg-type]
+
+    inner = RecordingJournal()
+    model = ScriptedModel([call("noop"), call("noop"), "42"])
+    with pytest.raises(RuntimeError, match="interpreter bug"):
+        await loop_of(model, inner, interpreter=Breaks()).run("go", run_id="r")
+    kinds = [r.kind for batch in inner.appends for r in batch]
+    assert kinds[-1] == "model_result"  # the wrap-up reply is durable
+    again = ScriptedModel([])  # resume re-interprets it: no second call
+    r = await loop_of(again, RecordingJournal(inner.inner)).resume("r")
+    assert r.final_answer == "42" and again.requests == []

@@ -57,9 +57,7 @@ def _budget(reason: StopReason) -> str:
 
 
 def message(d: RunDriver, reason: StopReason) -> str:
-    prompt = d.cfg.wrap_up_prompt
-    assert prompt is not None
-    return prompt.format(budget=_budget(reason))
+    return d.cfg.wrap_up_prompt.format(budget=_budget(reason))
 
 
 async def begin(d: RunDriver, reason: StopReason) -> RunResult:
@@ -108,7 +106,12 @@ async def decide(
 ) -> RunResult:
     """Interpret the wrap-up reply (with no tools) and end the run with its step;
     ``model``: the name of the model that answered."""
-    decision = d.cfg.interpreter.interpret(reply, ())
+    try:
+        decision = d.cfg.interpreter.interpret(reply, ())
+    except Exception:
+        if first:  # the reply is durable before the error propagates, as in _decide
+            await d._write(first)
+        raise
     wall = (d.cfg.clock.monotonic() - t0) * 1000
     if isinstance(decision, Action):
         action, args_json, bad = clean_action(decision)

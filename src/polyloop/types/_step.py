@@ -86,7 +86,7 @@ class StepRecord:
     this default, a compatible change (a record written without it reads as None)."""
     wrap_up: bool = False
     """The step of the one extra model call ``Loop(wrap_up=True)`` makes when a budget ends
-    the run: tools withheld, the model asked for its best final answer (``WHERE wrap_up``
+    the run: tools withheld, the model asked for its best final answer (``WHERE wrap_up = 1``
     finds them; the run's stop reason stays the budget's). Added to schema 1.0 with this
     default, a compatible change (a record written without it reads as False)."""
 
