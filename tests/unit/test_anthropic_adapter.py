@@ -33,14 +33,17 @@ from polyloop.models.anthropic import (
     _translate,
 )
 from polyloop.testing import FakeClock
+from tests.fakes._server import then
 from tests.fakes.anthropic_server import (
     FakeAnthropicServer,
     Reply,
     dropped_connection,
     error,
+    error_event,
     hang,
     malformed_json,
     message,
+    message_stream,
     rate_limited,
     redacted_thinking,
     text,
@@ -304,13 +307,17 @@ async def test_a_tool_use_reply_becomes_a_tool_call_with_its_id_and_input(
                 "cache_creation_input_tokens": 12,
                 "output_tokens": 17,
             },
+            model="claude-test-20250929",
         )
     )
     reply = await model.complete(request(tools=[ADD_SPEC]))
     assert reply.tool_calls == (ToolCall("add", {"a": 2, "b": 3}, "toolu_abc"),)
     assert reply.text == "I'll add them."
     assert reply.call_id == "msg_9"
-    assert reply.usage == Usage(20 + 50 + 12, 17)  # cached input counts as input
+    # Cached input counts as input; the cache reads are the cached part of it. No thinking
+    # tokens reported: reasoning_tokens None.
+    assert reply.usage == Usage(20 + 50 + 12, 17, cached_tokens=50, reasoning_tokens=None)
+    assert reply.model == "claude-test-20250929"
     assert reply.reasoning is None
 
 
@@ -569,6 +576,53 @@ async def test_retry_after_headers(
     with pytest.raises(ModelCallError) as info:
         await model.complete(request())
     assert (info.value.kind, info.value.retry_after) == ("rate_limit", expected)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "retryable"),
+    [
+        (529, "server", True),  # overloaded_error
+        (500, "server", True),  # api_error
+        (429, "rate_limit", True),
+        (504, "timeout", True),  # timeout_error
+        (400, "bad_request", False),
+        (413, "bad_request", False),  # request_too_large
+        (401, "auth", False),
+        (403, "permission", False),
+        (402, "permission", False),  # billing_error
+        (404, "not_found", False),
+    ],
+)
+async def test_an_error_event_inside_a_stream_is_kind_by_its_error_type(
+    fake: FakeAnthropicServer, status: int, kind: str, retryable: bool
+) -> None:
+    # The stream's response is a 200: the SDK raises the event as an APIStatusError with
+    # status 200, so only the event's error type says what it is.
+    streamed = message_stream(text("The answer is 5."))
+    fake.script(then(streamed, 3, error_event(status, "something went wrong")))
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == (kind, retryable)
+    assert isinstance(info.value.__cause__, anthropic.APIStatusError)
+
+
+async def test_a_prompt_too_long_error_event_is_context_length(fake: FakeAnthropicServer) -> None:
+    event = error_event(400, "prompt is too long: 215000 tokens > 200000 maximum")
+    fake.script(then(message_stream(text("x")), 1, event))
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("context_length", False)
+
+
+async def test_thinking_tokens_are_the_reasoning_part_of_the_output(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    usage = {"output_tokens": 300, "output_tokens_details": {"thinking_tokens": 250}}
+    fake.script(message(thinking("hm"), text("5"), usage=usage))
+    reply = await model.complete(request())
+    assert reply.usage == Usage(82, 300, cached_tokens=0, reasoning_tokens=250)
 
 
 async def test_retry_after_as_an_http_date_is_seconds_from_now(
@@ -833,7 +887,7 @@ async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
     assert result.final_answer == "2 + 3 = 5"
     assert [s.llm_call_id for s in result.steps] == ["msg_a", "msg_b"]
     assert result.steps[0].observation == "5"
-    assert result.usage == Usage(82 + 120, 17 + 8)
+    assert result.usage == Usage(82 + 120, 17 + 8, cached_tokens=0)
     first, second = (r.body for r in fake.requests)
     assert [t["name"] for t in first["tools"]] == ["add"]
     assert set(first["tools"][0]) == {"name", "description", "input_schema"}
@@ -852,19 +906,22 @@ async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
     ]
 
 
+@pytest.mark.parametrize("stream", [False, True])
 async def test_with_thinking_the_signed_blocks_go_back_with_their_tool_use(
-    fake: FakeAnthropicServer,
+    fake: FakeAnthropicServer, stream: bool
 ) -> None:
+    # Streamed, the signature arrives as the thinking block's last delta.
+    build = message_stream if stream else message
     fake.script(
-        message(
+        build(
             thinking("2 plus 3, use the tool", signature="sig-1"),
             redacted_thinking("opaque"),
             tool_use("add", {"a": 2, "b": 3}, id="toolu_01"),
         ),
-        message(thinking("done"), text("5")),
+        build(thinking("done"), text("5")),
     )
     async with AnthropicModel(
-        "claude-test", base_url=fake.url, max_tokens=4096, thinking_budget=2048
+        "claude-test", base_url=fake.url, max_tokens=4096, thinking_budget=2048, stream=stream
     ) as model:
         result = await Loop(model, tools=adder(), clock=FakeClock()).run("What is 2+3?")
     assert result.stop_reason is StopReason.agent_finished

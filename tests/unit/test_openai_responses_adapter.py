@@ -239,13 +239,17 @@ async def test_reasoning_summaries_text_usage_and_the_response_id(
             message("The answer is 5."),
             id="resp_abc",
             usage=(75, 1186, 1024),
+            cached_tokens=60,
+            model="o4-mini-2025-04-16",
         )
     )
     reply = await model.complete(request())
     assert reply.text == "The answer is 5."
     assert reply.reasoning == "**Adding**\n\n2 plus 3.\n\nIt is 5."
     assert reply.call_id == "resp_abc"
-    assert reply.usage == Usage(75, 1186)  # the 1024 reasoning tokens are part of the output
+    # The 1024 reasoning tokens are part of the output, the 60 cached ones of the input.
+    assert reply.usage == Usage(75, 1186, cached_tokens=60, reasoning_tokens=1024)
+    assert reply.model == "o4-mini-2025-04-16"
     assert reply.tool_calls == ()
 
 
@@ -366,7 +370,7 @@ async def test_loop_round_trip_pairs_function_call_and_output_by_call_id(
     assert [s.llm_call_id for s in result.steps] == ["resp_a", "resp_b"]
     assert result.steps[0].observation == "5"
     assert result.steps[0].reasoning_chars == len("Use add.")
-    assert result.usage == Usage(50 + 120, 40 + 8)
+    assert result.usage == Usage(50 + 120, 40 + 8, cached_tokens=0, reasoning_tokens=32)
     first, second = (r.body for r in fake.requests)
     assert first["parallel_tool_calls"] is False and first["store"] is False
     assert [t["name"] for t in first["tools"]] == ["add"]
