@@ -18,19 +18,21 @@ installed): :func:`chosen` skips it where aiohttp is not installed, and runs the
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from polyloop import ToolRegistry
 from tests.fakes import anthropic_server as anthropic
 from tests.fakes import gemini_server as gemini
 from tests.fakes import openai_responses_server as responses
 from tests.fakes import openai_server as openai
 from tests.fakes._server import Reply, ScriptedServer, then
 
-__all__ = ["ADD_SPEC", "IDS", "PROVIDERS", "Provider", "chosen"]
+__all__ = ["ADD_SPEC", "IDS", "PROVIDERS", "Provider", "adder", "chosen", "free_port"]
 
 KEY = "key-for-the-fake-0123"
 
@@ -43,6 +45,26 @@ ADD_SPEC: dict[str, Any] = {
     },
 }
 """An OpenAI-format tool spec every adapter converts (the one the scripted calls call)."""
+
+
+def adder() -> ToolRegistry:
+    """The tools of a run whose model calls ``add``."""
+    tools = ToolRegistry()
+
+    @tools.tool
+    def add(a: int, b: int) -> str:
+        """Add two numbers."""
+        return str(a + b)
+
+    return tools
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (a connection to it is refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass(frozen=True)

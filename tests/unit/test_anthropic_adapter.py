@@ -6,7 +6,6 @@ import asyncio
 import copy
 import email.utils
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,6 @@ from polyloop import (
     ModelRequest,
     StopReason,
     ToolCall,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.anthropic import (
@@ -50,6 +48,7 @@ from tests.fakes.anthropic_server import (
     thinking,
     tool_use,
 )
+from tests.fakes.providers import adder, free_port
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -112,13 +111,6 @@ def request(
     return ModelRequest(
         "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -865,17 +857,6 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
 # --- end to end through Loop -----------------------------------------------------------------
 
 
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
-
-
 async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
     fake.script(
         message(tool_use("add", {"a": 2, "b": 3}, id="toolu_01"), id="msg_a"),
@@ -1070,3 +1051,35 @@ async def test_thinking_blocks_survive_many_runs_interleaved_on_one_model(
             "thinking": f"run {n} thinks",
             "signature": f"sig-{n}",
         }
+
+
+async def test_streamed_deltas_add_up_to_the_reply_across_blocks(fake: FakeAnthropicServer) -> None:
+    # Thinking blocks are joined with a blank line, text blocks as they are: the deltas carry
+    # the same separators, so that what was shown is what is journaled.
+    content = (thinking("First, read."), thinking("Then, answer."), text("Paris "), text("it is."))
+    fake.script(message(*content), message_stream(*content))
+    shown: list[tuple[str, str]] = []
+    on_delta = lambda kind, piece: shown.append((kind, piece))  # noqa: E731
+    req = ModelRequest("r", 0, 1, [{"role": "user", "content": "?"}], (), on_delta)
+    async with AnthropicModel("claude-test", base_url=fake.url) as whole:
+        expected = await whole.complete(req)
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        reply = await m.complete(req)
+    assert reply == expected
+    assert reply.reasoning == "First, read.\n\nThen, answer."
+    assert "".join(t for k, t in shown if k == "text") == reply.text == "Paris it is."
+    assert "".join(t for k, t in shown if k == "reasoning") == reply.reasoning
+
+
+async def test_streamed_tool_input_that_is_not_json_is_a_bad_response(
+    fake: FakeAnthropicServer,
+) -> None:
+    streamed = message_stream(tool_use("add", {"a": 2}))
+    broken = [e.replace(b'"partial_json":"{', b'"partial_json":"[{') for e in streamed.events]
+    fake.script(
+        Reply(streamed.status, headers=streamed.headers, mode="stream", events=tuple(broken))
+    )
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", True)

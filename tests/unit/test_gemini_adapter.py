@@ -7,7 +7,6 @@ import base64
 import copy
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -22,7 +21,6 @@ from polyloop import (
     ModelCallError,
     ModelRequest,
     StopReason,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.gemini import _ERROR_KINDS, GeminiModel, _translate
@@ -41,6 +39,7 @@ from tests.fakes.gemini_server import (
     rate_limited,
     text,
 )
+from tests.fakes.providers import adder, free_port
 
 genai = pytest.importorskip("google.genai")
 
@@ -105,13 +104,6 @@ def body_of(fake: FakeGeminiServer, n: int = 0) -> dict[str, Any]:
     assert got.path.endswith(GENERATE)
     result: dict[str, Any] = camel(got.body)
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 ADD_DECLARATION = {
@@ -639,17 +631,6 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
 
 
 # --- end to end through Loop -----------------------------------------------------------------
-
-
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
 
 
 async def test_loop_runs_a_function_call_then_an_answer(fake: FakeGeminiServer) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ from polyloop import (
     ModelRequest,
     StopReason,
     ToolCall,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.openai import _ERROR_KINDS, NO_KEY_PLACEHOLDER, OpenAIModel, _translate
@@ -44,6 +42,7 @@ from tests.fakes.openai_server import (
     tool_call,
     unauthorized,
 )
+from tests.fakes.providers import adder, free_port
 
 openai = pytest.importorskip("openai")
 
@@ -93,13 +92,6 @@ def request(
     return ModelRequest(
         "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -643,17 +635,6 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
 
 
 # --- end to end through Loop -----------------------------------------------------------------
-
-
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
 
 
 async def test_loop_runs_a_tool_call_then_an_answer(fake: FakeOpenAIServer) -> None:

@@ -20,12 +20,17 @@ from polyloop import (
     ModelRequest,
     StopReason,
     ToolCall,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.openai_responses import OpenAIResponsesModel
 from polyloop.testing import FakeClock
-from tests.fakes.openai_responses_server import function_call, message, reasoning, response
+from tests.fakes.openai_responses_server import (
+    function_call,
+    message,
+    reasoning,
+    response,
+    response_stream,
+)
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Reply,
@@ -34,6 +39,7 @@ from tests.fakes.openai_server import (
     server_error,
     unauthorized,
 )
+from tests.fakes.providers import adder
 from tests.unit.test_openai_adapter import ADD_SPEC, ERROR_CASES
 
 openai = pytest.importorskip("openai")
@@ -73,17 +79,6 @@ def request(
     return ModelRequest(
         "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
     )
-
-
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -445,3 +440,39 @@ def test_the_command_runs_an_openai_responses_model(fake: FakeOpenAIServer, tmp_
         "call_id": "call_r1",
         "output": "the code is 7\n",
     }
+
+
+async def test_streamed_deltas_add_up_to_the_reply_across_items_and_summary_parts(
+    fake: FakeOpenAIServer,
+) -> None:
+    # The reply joins message items with "\n" and summary parts with a blank line: the deltas
+    # carry the same separators, so that what was shown is what is journaled.
+    output = (
+        reasoning("First, read.", "Then, answer."),
+        message("Paris", id="msg_1"),
+        message("is the capital.", id="msg_2", refusal=" (no more)"),
+    )
+    fake.script(response(*output), response_stream(*output))
+    shown: list[tuple[str, str]] = []
+    on_delta = lambda kind, text: shown.append((kind, text))  # noqa: E731
+    req = ModelRequest("r", 0, 1, [{"role": "user", "content": "?"}], (), on_delta)
+    async with OpenAIResponsesModel("o4-mini", base_url=fake.url, api_key="k") as whole:
+        expected = await whole.complete(req)
+    async with OpenAIResponsesModel("o4-mini", base_url=fake.url, api_key="k", stream=True) as m:
+        reply = await m.complete(req)
+    assert reply == expected
+    assert reply.text == "Paris\nis the capital. (no more)"
+    assert "".join(t for k, t in shown if k == "text") == reply.text
+    assert "".join(t for k, t in shown if k == "reasoning") == reply.reasoning
+
+
+async def test_a_stream_failing_with_response_failed_is_a_server_error(
+    fake: FakeOpenAIServer,
+) -> None:
+    failed = {"code": "server_error", "message": "The model failed."}
+    fake.script(response_stream(message("Par"), status="failed", error=failed))
+    async with OpenAIResponsesModel("o4-mini", base_url=fake.url, api_key="k", stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("server", True)
+    assert "The model failed." in info.value.message
