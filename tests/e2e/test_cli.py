@@ -29,11 +29,13 @@ import pytest
 from polyloop import Limits, StepRecord, StopReason
 from polyloop.journal import SQLiteJournal
 from polyloop.types import RunSpec
+from tests.fakes._server import cut
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Received,
     Reply,
     completion,
+    completion_stream,
     hang,
     tool_call,
     unauthorized,
@@ -742,6 +744,39 @@ def test_run_and_show_name_an_edit_that_deleted_an_assertion(
     assert as_json["test_edits"] == [
         {"step_idx": 0, "path": "tests/test_notes.py", "tampering": ["assertion_deleted"]}
     ]
+
+
+def test_run_stream_prints_the_reply_as_it_arrives_and_journals_it_whole(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    answer = "The notes say to water the plants."
+    streamed = completion_stream(answer, id="chatcmpl-2")
+    call = [tool_call("read_file", json.dumps({"path": "notes.txt"}), id="call_1")]
+    fake.script(
+        completion_stream(tool_calls=call, id="chatcmpl-1"),
+        cut(streamed, len(streamed.events) // 2),  # cut off: retried
+        streamed,
+    )
+    done = cli(*run_args(fake, workspace, "--stream"))
+    assert done.code == 0, done
+    lines = done.out.splitlines()
+    shown = lines.index(answer)  # the streamed text, on a line of its own
+    assert lines[shown - 1].startswith("(that reply was cut off"), done
+    assert answer.startswith(lines[shown - 2]) and lines[shown - 2] != answer, done
+    assert re.match(r"step +1  final answer: ", lines[shown + 1]), done
+    assert all(r.body["stream"] is True for r in fake.requests), fake.requests
+    run_id = run_id_of(done.out)
+    steps = asyncio.run(steps_of(cli.cwd / "j.db", run_id))
+    assert [s.raw_response for s in steps][1] == answer
+    # The run keeps streaming when resumed: the option is stored with it.
+    spec = asyncio.run(spec_of(cli.cwd / "j.db", run_id))
+    assert (spec.metadata or {})["cli"]["stream"] is True
+
+
+async def spec_of(path: Path, run_id: str) -> RunSpec:
+    async with SQLiteJournal(path) as journal:
+        spec, _ = await journal.read(run_id)
+        return spec
 
 
 async def steps_of(path: Path, run_id: str) -> list[StepRecord]:

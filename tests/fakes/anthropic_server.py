@@ -12,19 +12,19 @@ error responses (``{"type": "error", "error": {"type", "message"}, "request_id"}
         ... AnthropicModel("claude-test", base_url=fake.url) ...
         assert fake.requests[0].body["tool_choice"]["disable_parallel_tool_use"] is True
 
-The HTTP machinery (threads, :class:`Reply` modes ``respond``/``drop``/``hang``, a clean
-``stop()``) is the OpenAI fake's; only the recorded shapes differ.
+:func:`message_stream` streams the reply :func:`message` sends whole, as the API's
+server-sent events (``message_start`` ... ``message_stop``), and :func:`error_event` is the
+``error`` event of a stream that fails mid-way. The HTTP machinery (threads, :class:`Reply`
+modes, a clean ``stop()``) is ``tests.fakes._server``'s; only the recorded shapes differ.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes.openai_server import Received, Reply, _Handler, _Server
+from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
 
 __all__ = [
     "FakeAnthropicServer",
@@ -32,9 +32,11 @@ __all__ = [
     "Reply",
     "dropped_connection",
     "error",
+    "error_event",
     "hang",
     "malformed_json",
     "message",
+    "message_stream",
     "rate_limited",
     "redacted_thinking",
     "text",
@@ -86,15 +88,13 @@ def tool_use(name: str, input: dict[str, Any], id: str = "toolu_01") -> dict[str
     return {"type": "tool_use", "id": id, "name": name, "input": input}
 
 
-def message(
+def _message(
     *content: dict[str, Any],
     id: str | None = "msg_01",
     stop_reason: str | None = None,
-    usage: dict[str, int] | None = None,
+    usage: dict[str, Any] | None = None,
     model: str = "claude-test",
-) -> Reply:
-    """A Message object (200). ``stop_reason`` defaults to ``tool_use`` when a block calls a
-    tool, else ``end_turn``; ``usage`` defaults to 82 in, 17 out, no cache."""
+) -> dict[str, Any]:
     calls = any(block["type"] == "tool_use" for block in content)
     obj: dict[str, Any] = {
         "id": id,
@@ -115,7 +115,94 @@ def message(
     }
     if id is None:
         del obj["id"]
-    return _json(200, obj)
+    return obj
+
+
+def message(*content: dict[str, Any], **options: Any) -> Reply:
+    """A Message object (200). Options: ``id`` (None leaves it out), ``stop_reason`` (default
+    ``tool_use`` when a block calls a tool, else ``end_turn``), ``usage`` (fields merged over
+    82 in, 17 out, no cache; e.g. ``cache_read_input_tokens``, ``output_tokens_details``),
+    ``model``."""
+    return _json(200, _message(*content, **options))
+
+
+def _start_block(block: dict[str, Any]) -> dict[str, Any]:
+    """A block as ``content_block_start`` announces it: its text, thinking or input empty."""
+    kind = block["type"]
+    if kind == "text":
+        return {"type": "text", "text": "", "citations": None}
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}
+    if kind == "tool_use":
+        return {**block, "input": {}}
+    return block  # redacted_thinking and others arrive whole
+
+
+def _deltas(block: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    kind = block["type"]
+    if kind == "text":
+        return [{"type": "text_delta", "text": p} for p in pieces(block["text"], size)]
+    if kind == "thinking":
+        thought = [
+            {"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"], size)
+        ]
+        return [*thought, {"type": "signature_delta", "signature": block["signature"]}]
+    if kind == "tool_use":
+        arguments = json.dumps(block["input"]) if block["input"] else ""
+        return [{"type": "input_json_delta", "partial_json": ""}] + [
+            {"type": "input_json_delta", "partial_json": p} for p in pieces(arguments, size)
+        ]
+    return []
+
+
+def message_stream(*content: dict[str, Any], size: int = 4, **options: Any) -> Reply:
+    """The reply of :func:`message` (same arguments) as the Messages API streams it:
+    ``message_start`` (the message with no content, its input usage and 1 output token so
+    far), a ``ping``, per block ``content_block_start`` / ``content_block_delta`` (text,
+    thinking and tool input JSON in pieces of ``size`` characters, a thinking block's
+    signature last) / ``content_block_stop``, ``message_delta`` (the stop reason and the
+    output usage) and ``message_stop``."""
+    obj = _message(*content, **options)
+    usage = obj["usage"]
+    start = {**obj, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    start["usage"].pop("output_tokens_details", None)
+    events = [
+        _event("message_start", {"message": start}),
+        _event("ping", {}),
+    ]
+    for index, block in enumerate(obj["content"]):
+        events.append(
+            _event("content_block_start", {"index": index, "content_block": _start_block(block)})
+        )
+        events += [
+            _event("content_block_delta", {"index": index, "delta": delta})
+            for delta in _deltas(block, size)
+        ]
+        events.append(_event("content_block_stop", {"index": index}))
+    final = {"output_tokens": usage["output_tokens"]}
+    if "output_tokens_details" in usage:
+        final["output_tokens_details"] = usage["output_tokens_details"]
+    events.append(
+        _event(
+            "message_delta",
+            {"delta": {"stop_reason": obj["stop_reason"], "stop_sequence": None}, "usage": final},
+        )
+    )
+    events.append(_event("message_stop", {}))
+    return Reply(
+        headers=(*SSE_HEADERS, ("request-id", "req_fake")), mode="stream", events=tuple(events)
+    )
+
+
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    return sse({"type": kind, **data}, kind)
+
+
+def error_event(status: int, message: str, *, type: str | None = None) -> bytes:
+    """The ``error`` event the Messages API sends when a stream fails after it began (e.g.
+    ``overloaded_error``), typed as the status would be."""
+    err = {"type": type or ERROR_TYPES.get(status, "api_error"), "message": message}
+    return sse({"type": "error", "error": err, "request_id": "req_fake"}, "error")
 
 
 def error(
@@ -159,59 +246,13 @@ def dropped_connection() -> Reply:
 
 
 def hang() -> Reply:
-    """No response until the server stops."""
+    """No response until the client goes away or the server stops."""
     return Reply(mode="hang")
 
 
 @dataclass
-class FakeAnthropicServer:
+class FakeAnthropicServer(ScriptedServer):
     """The server. ``url`` is the ``base_url`` to give the SDK (no ``/v1``: the SDK adds it)."""
 
-    requests: list[Received] = field(default_factory=list)
-    _script: deque[Reply] = field(default_factory=deque)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stopping: threading.Event = field(default_factory=threading.Event)
-    _server: _Server | None = None
-    _thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start the server first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def script(self, *replies: Reply) -> None:
-        """Queue replies, served one per request in order."""
-        with self._lock:
-            self._script.extend(replies)
-
-    def _take(self, received: Received) -> Reply:
-        with self._lock:
-            self.requests.append(received)
-            if self._script:
-                return self._script.popleft()
+    def exhausted(self) -> Reply:
         return error(500, "fake server: the script is exhausted")
-
-    def start(self) -> FakeAnthropicServer:
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self  # type: ignore[assignment]  # the handler needs _take and _stopping
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeAnthropicServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,10 +1,11 @@
 """A scripted Gemini API server on 127.0.0.1, for driving the real ``google-genai`` SDK.
 
-Each POST (``/v1beta/models/{model}:generateContent``) takes the next scripted reply and records
-the request, as :class:`tests.fakes.openai_server.FakeOpenAIServer` does (the same server
-machinery). The bodies follow the shapes the Gemini API reference documents for
+Each POST (``/v1beta/models/{model}:generateContent``, or ``:streamGenerateContent?alt=sse``)
+takes the next scripted reply and records the request (the server machinery is
+``tests.fakes._server``'s). The bodies follow the shapes the Gemini API reference documents for
 ``GenerateContentResponse`` (camelCase JSON) and for errors (``google.rpc.Status``:
-``{"error": {"code", "message", "status", "details"}}``).
+``{"error": {"code", "message", "status", "details"}}``). :func:`generated_stream` streams a
+reply as ``alt=sse`` chunks; :func:`error_chunk` is the chunk of a stream that fails mid-way.
 
     with FakeGeminiServer() as fake:
         fake.script(generated(text("hi")), rate_limited(retry_delay="20s"))
@@ -18,7 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes.openai_server import FakeOpenAIServer, Received, Reply, dropped_connection, hang
+from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
+from tests.fakes.openai_server import dropped_connection, hang
 
 __all__ = [
     "FakeGeminiServer",
@@ -29,8 +31,10 @@ __all__ = [
     "context_too_long",
     "dropped",
     "error",
+    "error_chunk",
     "function_call",
     "generated",
+    "generated_stream",
     "hang",
     "rate_limited",
     "text",
@@ -67,16 +71,13 @@ def function_call(
     return part
 
 
-def generated(
+def _generated(
     *parts: dict[str, Any],
     response_id: str | None = "resp-1",
     usage: dict[str, int] | None = None,
     finish_reason: str = "STOP",
     model_version: str = "gemini-test-001",
-) -> Reply:
-    """A ``GenerateContentResponse`` (200) with one candidate of ``parts``. ``usage``
-    defaults to ``promptTokenCount`` 82, ``candidatesTokenCount`` 17, ``thoughtsTokenCount`` 5,
-    ``cachedContentTokenCount`` 40."""
+) -> dict[str, Any]:
     counts = (
         usage
         if usage is not None
@@ -104,7 +105,62 @@ def generated(
         }
     if response_id is not None:
         obj["responseId"] = response_id
-    return _json(200, obj)
+    return obj
+
+
+def generated(*parts: dict[str, Any], **options: Any) -> Reply:
+    """A ``GenerateContentResponse`` (200) with one candidate of ``parts``. Options:
+    ``response_id``, ``usage`` (default ``promptTokenCount`` 82, ``candidatesTokenCount`` 17,
+    ``thoughtsTokenCount`` 5, ``cachedContentTokenCount`` 40), ``finish_reason`` (default
+    ``STOP``), ``model_version``."""
+    return _json(200, _generated(*parts, **options))
+
+
+def generated_stream(*parts: dict[str, Any], size: int = 4, **options: Any) -> Reply:
+    """The reply of :func:`generated` (same arguments) as ``streamGenerateContent?alt=sse``
+    sends it: one ``data:`` chunk per piece of text (``size`` characters, a thought's pieces
+    marked ``thought``) and per function call (whole, as Gemini sends it), each with the
+    ``modelVersion``, the ``responseId`` and the usage so far (the prompt's); the last chunk
+    has the ``finishReason`` and the whole ``usageMetadata``. Events end with CRLF, as
+    Gemini's do."""
+    obj = _generated(*parts, **options)
+    candidate = obj["candidates"][0]
+    head = {k: obj[k] for k in ("modelVersion", "responseId") if k in obj}
+    usage = obj.get("usageMetadata")
+    running = (
+        {
+            "promptTokenCount": usage["promptTokenCount"],
+            "totalTokenCount": usage["promptTokenCount"],
+        }
+        if usage and "promptTokenCount" in usage
+        else None
+    )
+    chunks: list[list[dict[str, Any]]] = []
+    for part in candidate["content"]["parts"]:
+        if "text" in part:
+            chunks += [[{**part, "text": p}] for p in pieces(part["text"], size)]
+        else:
+            chunks.append([part])
+    if not chunks:
+        chunks.append([])
+    events = []
+    for n, chunk_parts in enumerate(chunks):
+        last = n == len(chunks) - 1
+        entry: dict[str, Any] = {"index": 0}
+        if chunk_parts or not last:
+            entry["content"] = {"role": "model", "parts": chunk_parts}
+        if last and "finishReason" in candidate:
+            entry["finishReason"] = candidate["finishReason"]
+        data: dict[str, Any] = {"candidates": [entry]}
+        if (usage if last else running) is not None:
+            data["usageMetadata"] = usage if last else running
+        events.append(sse({**data, **head}, newline="\r\n"))
+    return Reply(headers=SSE_HEADERS, mode="stream", events=tuple(events))
+
+
+def error_chunk(code: int, message: str, status: str) -> bytes:
+    """The chunk Gemini sends when a stream fails after it began: a ``google.rpc.Status``."""
+    return sse({"error": {"code": code, "message": message, "status": status}}, newline="\r\n")
 
 
 def blocked(reason: str = "SAFETY") -> Reply:
@@ -199,26 +255,9 @@ def dropped() -> Reply:
 
 
 @dataclass
-class FakeGeminiServer(FakeOpenAIServer):
+class FakeGeminiServer(ScriptedServer):
     """The server. ``url`` is the ``base_url`` to give the SDK (the root: it adds
     ``/v1beta``)."""
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start the server first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def _take(self, received: Received) -> Reply:
-        with self._lock:
-            self.requests.append(received)
-            if self._script:
-                return self._script.popleft()
+    def exhausted(self) -> Reply:
         return error(500, "fake server: the script is exhausted", "INTERNAL")
-
-    def start(self) -> FakeGeminiServer:
-        super().start()
-        return self
-
-    def __enter__(self) -> FakeGeminiServer:
-        return self.start()

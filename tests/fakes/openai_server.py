@@ -2,15 +2,19 @@
 
 Each POST to ``/v1/chat/completions`` takes the next scripted :class:`Reply` (in order) and
 records the request (decoded JSON body and headers). The bodies follow the shapes the OpenAI
-API reference documents for the chat completion object and for error responses.
+API reference documents for the chat completion object, its streamed chunks
+(``chat.completion.chunk`` events ending in ``data: [DONE]``, the usage chunk of
+``stream_options.include_usage``) and error responses.
 
     with FakeOpenAIServer() as fake:
         fake.script(completion(text="hi"), rate_limited(retry_after="2"))
         ... OpenAIModel("gpt-test", base_url=fake.url) ...
         assert fake.requests[0].body["parallel_tool_calls"] is False
 
-A request with nothing left in the script gets a 500 saying so. ``stop()`` releases any
-request held by :func:`hang` and joins every handler thread, so nothing outlives the test.
+:func:`completion_stream` streams the reply :func:`completion` sends whole (same arguments);
+``tests.fakes._server.cut`` and ``then`` cut it short or add an error chunk. A request with
+nothing left in the script gets a 500 saying so. ``stop()`` releases any request held by
+:func:`hang` and joins every handler thread, so nothing outlives the test.
 
 ``FakeOpenAIServer(strict=True)`` also checks every request the way llama-cpp-python 0.3.x's
 server does (see :func:`strict_violation`): a body it would refuse gets its answer, HTTP 500,
@@ -20,23 +24,24 @@ and uses up no scripted reply.
 from __future__ import annotations
 
 import json
-import threading
-from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, NotRequired
+from typing import Any, ClassVar, Literal, NotRequired
 
 import pydantic
 from typing_extensions import TypedDict
+
+from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
 
 __all__ = [
     "FakeOpenAIServer",
     "Received",
     "Reply",
     "completion",
+    "completion_stream",
     "context_length_exceeded",
     "dropped_connection",
     "error",
+    "error_chunk",
     "hang",
     "malformed_json",
     "rate_limited",
@@ -47,30 +52,6 @@ __all__ = [
 ]
 
 _CREATED = 1_741_570_283
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One scripted response.
-
-    ``mode``: ``respond`` sends ``status``/``headers``/``body`` whole; ``drop`` sends the
-    headers (announcing the full length) and half the body, then closes the socket; ``hang``
-    sends nothing until the server stops (for timeouts and cancellation).
-    """
-
-    status: int = 200
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
-    mode: Literal["respond", "drop", "hang"] = "respond"
-
-
-@dataclass(frozen=True)
-class Received:
-    """One request as the server saw it (header names in lowercase)."""
-
-    path: str
-    headers: dict[str, str]
-    body: Any
 
 
 def _json(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
@@ -86,19 +67,19 @@ def tool_call(name: str, arguments: str, id: str = "call_1") -> dict[str, Any]:
     return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def completion(
+def _completion(
     text: str | None = None,
     *,
     tool_calls: list[dict[str, Any]] | None = None,
     id: str | None = "chatcmpl-1",
     usage: tuple[int, int] | None = (82, 17),
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
     reasoning_content: str | None = None,
     reasoning: str | None = None,
     model: str = "gpt-test",
-) -> Reply:
-    """A ``chat.completion`` object (200). ``usage=None`` leaves the ``usage`` key out, as
-    some OpenAI-compatible servers do; ``reasoning_content``/``reasoning`` add the extra
-    message field that DeepSeek / vLLM / Ollama-style servers return."""
+    finish_reason: str | None = None,
+) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
         "content": text,
@@ -121,7 +102,7 @@ def completion(
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
             }
         ],
         "service_tier": "default",
@@ -135,15 +116,84 @@ def completion(
             "prompt_tokens": prompt,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
-                "reasoning_tokens": 0,
+                "reasoning_tokens": reasoning_tokens,
                 "audio_tokens": 0,
                 "accepted_prediction_tokens": 0,
                 "rejected_prediction_tokens": 0,
             },
         }
-    return _json(200, obj)
+    return obj
+
+
+def completion(text: str | None = None, **options: Any) -> Reply:
+    """A ``chat.completion`` object (200). Options: ``tool_calls``, ``id`` (None leaves it
+    out), ``usage`` as (prompt, completion) tokens (None leaves the key out, as some
+    OpenAI-compatible servers do) with ``cached_tokens`` and ``reasoning_tokens`` for its
+    details, ``reasoning_content``/``reasoning`` (the extra message field DeepSeek / vLLM /
+    Ollama-style servers return), ``model``, ``finish_reason`` (default ``tool_calls`` or
+    ``stop``)."""
+    return _json(200, _completion(text, **options))
+
+
+def completion_stream(text: str | None = None, *, size: int = 4, **options: Any) -> Reply:
+    """The reply of :func:`completion` (same arguments) as OpenAI streams it with
+    ``stream_options.include_usage``: a first chunk with the role, the reasoning, text and
+    each tool call's arguments in pieces of ``size`` characters (a call's id, type and name
+    in its first chunk, at its ``index``), a chunk with the ``finish_reason``, a last chunk
+    with no choices and the ``usage`` (when there is one), then ``data: [DONE]``. Every chunk
+    carries the response's id, model and fingerprint."""
+    obj = _completion(text, **options)
+    head = {
+        k: obj[k]
+        for k in ("id", "created", "model", "service_tier", "system_fingerprint")
+        if k in obj
+    }
+    head["object"] = "chat.completion.chunk"
+    usage = obj.get("usage")
+    choice = obj["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = {
+            **head,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if usage is not None:
+            data["usage"] = None
+        return sse(data)
+
+    events = [chunk({"role": "assistant", "content": "" if text else None, "refusal": None})]
+    for key in ("reasoning_content", "reasoning"):
+        events += [chunk({key: p}) for p in pieces(message.get(key) or "", size)]
+    events += [chunk({"content": p}) for p in pieces(text or "", size)]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        fn = call["function"]
+        first = {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": fn["name"], "arguments": ""},
+        }
+        events.append(chunk({"tool_calls": [first]}))
+        events += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+            for p in pieces(fn["arguments"], size)
+        ]
+    events.append(chunk({}, choice["finish_reason"]))
+    if usage is not None:
+        events.append(sse({**head, "choices": [], "usage": usage}))
+    events.append(sse("[DONE]"))
+    return Reply(headers=SSE_HEADERS, mode="stream", events=tuple(events))
+
+
+def error_chunk(
+    message: str, *, type: str = "server_error", code: str | int | None = None
+) -> bytes:
+    """The event an OpenAI-compatible server sends when a stream fails after it began:
+    ``data: {"error": {...}}`` (vLLM's ``code`` is the HTTP status)."""
+    return sse({"error": {"message": message, "type": type, "param": None, "code": code}})
 
 
 def error(
@@ -221,7 +271,7 @@ def dropped_connection() -> Reply:
 
 
 def hang() -> Reply:
-    """No response until the server stops."""
+    """No response until the client goes away or the server stops."""
     return Reply(mode="hang")
 
 
@@ -332,106 +382,21 @@ def _refused(violation: str) -> Reply:
     return error(500, violation, type="internal_server_error")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            body = raw
-        fake = self.server.fake
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        reply = fake._take(Received(self.path, headers, body))
-        self.close_connection = True
-        if reply.mode == "hang":
-            fake._stopping.wait()
-            return
-        self.send_response(reply.status)
-        for name, value in reply.headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        if reply.mode == "drop":
-            self.wfile.write(reply.body[: len(reply.body) // 2])
-            self.wfile.flush()
-            self.connection.close()
-            return
-        self.wfile.write(reply.body)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # server_close() joins the handler threads: a clean shutdown
-    block_on_close = True
-    fake: FakeOpenAIServer
-
-
 @dataclass
-class FakeOpenAIServer:
+class FakeOpenAIServer(ScriptedServer):
     """The server. ``url`` is the ``base_url`` to give the SDK (ends in ``/v1``)."""
 
-    requests: list[Received] = field(default_factory=list)
+    ROOT: ClassVar[str] = "/v1"
     strict: bool = field(default=False, kw_only=True)
     """Refuse, as llama-cpp-python 0.3.x does, requests whose shape it does not accept."""
-    _script: deque[Reply] = field(default_factory=deque)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stopping: threading.Event = field(default_factory=threading.Event)
-    _server: _Server | None = None
-    _thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start the server first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def script(self, *replies: Reply) -> None:
-        """Queue replies, served one per request in order."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def remaining(self) -> int:
-        with self._lock:
-            return len(self._script)
+    def exhausted(self) -> Reply:
+        return error(500, "fake server: the script is exhausted", type="server_error")
 
     def _take(self, received: Received) -> Reply:
         violation = strict_violation(received.body) if self.strict else None
+        if violation is None:
+            return super()._take(received)
         with self._lock:
             self.requests.append(received)
-            if violation is not None:
-                return _refused(violation)
-            if self._script:
-                return self._script.popleft()
-        return error(500, "fake server: the script is exhausted", type="server_error")
-
-    def start(self) -> FakeOpenAIServer:
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return _refused(violation)

@@ -6,7 +6,6 @@ import asyncio
 import copy
 import email.utils
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,6 @@ from polyloop import (
     ModelRequest,
     StopReason,
     ToolCall,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.anthropic import (
@@ -33,20 +31,24 @@ from polyloop.models.anthropic import (
     _translate,
 )
 from polyloop.testing import FakeClock
+from tests.fakes._server import then
 from tests.fakes.anthropic_server import (
     FakeAnthropicServer,
     Reply,
     dropped_connection,
     error,
+    error_event,
     hang,
     malformed_json,
     message,
+    message_stream,
     rate_limited,
     redacted_thinking,
     text,
     thinking,
     tool_use,
 )
+from tests.fakes.providers import adder, free_port
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -109,13 +111,6 @@ def request(
     return ModelRequest(
         "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -304,13 +299,17 @@ async def test_a_tool_use_reply_becomes_a_tool_call_with_its_id_and_input(
                 "cache_creation_input_tokens": 12,
                 "output_tokens": 17,
             },
+            model="claude-test-20250929",
         )
     )
     reply = await model.complete(request(tools=[ADD_SPEC]))
     assert reply.tool_calls == (ToolCall("add", {"a": 2, "b": 3}, "toolu_abc"),)
     assert reply.text == "I'll add them."
     assert reply.call_id == "msg_9"
-    assert reply.usage == Usage(20 + 50 + 12, 17)  # cached input counts as input
+    # Cached input counts as input; the cache reads are the cached part of it. No thinking
+    # tokens reported: reasoning_tokens None.
+    assert reply.usage == Usage(20 + 50 + 12, 17, cached_tokens=50, reasoning_tokens=None)
+    assert reply.model == "claude-test-20250929"
     assert reply.reasoning is None
 
 
@@ -571,6 +570,53 @@ async def test_retry_after_headers(
     assert (info.value.kind, info.value.retry_after) == ("rate_limit", expected)
 
 
+@pytest.mark.parametrize(
+    ("status", "kind", "retryable"),
+    [
+        (529, "server", True),  # overloaded_error
+        (500, "server", True),  # api_error
+        (429, "rate_limit", True),
+        (504, "timeout", True),  # timeout_error
+        (400, "bad_request", False),
+        (413, "bad_request", False),  # request_too_large
+        (401, "auth", False),
+        (403, "permission", False),
+        (402, "permission", False),  # billing_error
+        (404, "not_found", False),
+    ],
+)
+async def test_an_error_event_inside_a_stream_is_kind_by_its_error_type(
+    fake: FakeAnthropicServer, status: int, kind: str, retryable: bool
+) -> None:
+    # The stream's response is a 200: the SDK raises the event as an APIStatusError with
+    # status 200, so only the event's error type says what it is.
+    streamed = message_stream(text("The answer is 5."))
+    fake.script(then(streamed, 3, error_event(status, "something went wrong")))
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == (kind, retryable)
+    assert isinstance(info.value.__cause__, anthropic.APIStatusError)
+
+
+async def test_a_prompt_too_long_error_event_is_context_length(fake: FakeAnthropicServer) -> None:
+    event = error_event(400, "prompt is too long: 215000 tokens > 200000 maximum")
+    fake.script(then(message_stream(text("x")), 1, event))
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("context_length", False)
+
+
+async def test_thinking_tokens_are_the_reasoning_part_of_the_output(
+    model: AnthropicModel, fake: FakeAnthropicServer
+) -> None:
+    usage = {"output_tokens": 300, "output_tokens_details": {"thinking_tokens": 250}}
+    fake.script(message(thinking("hm"), text("5"), usage=usage))
+    reply = await model.complete(request())
+    assert reply.usage == Usage(82, 300, cached_tokens=0, reasoning_tokens=250)
+
+
 async def test_retry_after_as_an_http_date_is_seconds_from_now(
     model: AnthropicModel, fake: FakeAnthropicServer
 ) -> None:
@@ -811,17 +857,6 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
 # --- end to end through Loop -----------------------------------------------------------------
 
 
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
-
-
 async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
     fake.script(
         message(tool_use("add", {"a": 2, "b": 3}, id="toolu_01"), id="msg_a"),
@@ -833,7 +868,7 @@ async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
     assert result.final_answer == "2 + 3 = 5"
     assert [s.llm_call_id for s in result.steps] == ["msg_a", "msg_b"]
     assert result.steps[0].observation == "5"
-    assert result.usage == Usage(82 + 120, 17 + 8)
+    assert result.usage == Usage(82 + 120, 17 + 8, cached_tokens=0)
     first, second = (r.body for r in fake.requests)
     assert [t["name"] for t in first["tools"]] == ["add"]
     assert set(first["tools"][0]) == {"name", "description", "input_schema"}
@@ -852,19 +887,22 @@ async def test_loop_runs_a_tool_round_trip(fake: FakeAnthropicServer) -> None:
     ]
 
 
+@pytest.mark.parametrize("stream", [False, True])
 async def test_with_thinking_the_signed_blocks_go_back_with_their_tool_use(
-    fake: FakeAnthropicServer,
+    fake: FakeAnthropicServer, stream: bool
 ) -> None:
+    # Streamed, the signature arrives as the thinking block's last delta.
+    build = message_stream if stream else message
     fake.script(
-        message(
+        build(
             thinking("2 plus 3, use the tool", signature="sig-1"),
             redacted_thinking("opaque"),
             tool_use("add", {"a": 2, "b": 3}, id="toolu_01"),
         ),
-        message(thinking("done"), text("5")),
+        build(thinking("done"), text("5")),
     )
     async with AnthropicModel(
-        "claude-test", base_url=fake.url, max_tokens=4096, thinking_budget=2048
+        "claude-test", base_url=fake.url, max_tokens=4096, thinking_budget=2048, stream=stream
     ) as model:
         result = await Loop(model, tools=adder(), clock=FakeClock()).run("What is 2+3?")
     assert result.stop_reason is StopReason.agent_finished
@@ -1013,3 +1051,35 @@ async def test_thinking_blocks_survive_many_runs_interleaved_on_one_model(
             "thinking": f"run {n} thinks",
             "signature": f"sig-{n}",
         }
+
+
+async def test_streamed_deltas_add_up_to_the_reply_across_blocks(fake: FakeAnthropicServer) -> None:
+    # Thinking blocks are joined with a blank line, text blocks as they are: the deltas carry
+    # the same separators, so that what was shown is what is journaled.
+    content = (thinking("First, read."), thinking("Then, answer."), text("Paris "), text("it is."))
+    fake.script(message(*content), message_stream(*content))
+    shown: list[tuple[str, str]] = []
+    on_delta = lambda kind, piece: shown.append((kind, piece))  # noqa: E731
+    req = ModelRequest("r", 0, 1, [{"role": "user", "content": "?"}], (), on_delta)
+    async with AnthropicModel("claude-test", base_url=fake.url) as whole:
+        expected = await whole.complete(req)
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        reply = await m.complete(req)
+    assert reply == expected
+    assert reply.reasoning == "First, read.\n\nThen, answer."
+    assert "".join(t for k, t in shown if k == "text") == reply.text == "Paris it is."
+    assert "".join(t for k, t in shown if k == "reasoning") == reply.reasoning
+
+
+async def test_streamed_tool_input_that_is_not_json_is_a_bad_response(
+    fake: FakeAnthropicServer,
+) -> None:
+    streamed = message_stream(tool_use("add", {"a": 2}))
+    broken = [e.replace(b'"partial_json":"{', b'"partial_json":"[{') for e in streamed.events]
+    fake.script(
+        Reply(streamed.status, headers=streamed.headers, mode="stream", events=tuple(broken))
+    )
+    async with AnthropicModel("claude-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", True)

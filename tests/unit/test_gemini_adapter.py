@@ -7,7 +7,6 @@ import base64
 import copy
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -22,7 +21,6 @@ from polyloop import (
     ModelCallError,
     ModelRequest,
     StopReason,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.gemini import _ERROR_KINDS, GeminiModel, _translate
@@ -41,6 +39,7 @@ from tests.fakes.gemini_server import (
     rate_limited,
     text,
 )
+from tests.fakes.providers import adder, free_port
 
 genai = pytest.importorskip("google.genai")
 
@@ -105,13 +104,6 @@ def body_of(fake: FakeGeminiServer, n: int = 0) -> dict[str, Any]:
     assert got.path.endswith(GENERATE)
     result: dict[str, Any] = camel(got.body)
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 ADD_DECLARATION = {
@@ -265,7 +257,10 @@ async def test_a_function_call_reply_with_thoughts_and_usage(
     assert (call.name, dict(call.arguments), call.id) == ("add", {"a": 2, "b": 3}, "fc-1")
     assert (reply.text, reply.reasoning) == ("", "The user wants a sum.")
     assert reply.call_id == "resp-9"
-    assert reply.usage == Usage(82, 17 + 5)  # thoughts are billed as output
+    # Thoughts are counted beside the candidates by Gemini and billed as output: output is
+    # both, reasoning the thoughts; the cached content is a part of the prompt.
+    assert reply.usage == Usage(82, 17 + 5, cached_tokens=40, reasoning_tokens=5)
+    assert reply.model == "gemini-test-001"  # modelVersion
 
 
 async def test_a_function_call_without_an_id_gets_one_of_ours(
@@ -392,7 +387,7 @@ ERROR_CASES: list[tuple[str, Reply, str, bool, float | None]] = [
         True,
         None,
     ),
-    ("prompt blocked", blocked("SAFETY"), "bad_request", False, None),
+    ("prompt blocked", blocked("SAFETY"), "content_filter", False, None),
     ("dropped mid-response", dropped(), "connection", True, None),
 ]
 
@@ -437,24 +432,58 @@ async def test_the_sdks_http_errors_are_the_cause(
     assert type(info.value.__cause__) is getattr(genai.errors, cls)
 
 
-async def test_a_call_that_takes_too_long_is_a_retryable_timeout(fake: FakeGeminiServer) -> None:
+@pytest.fixture(params=["httpx", "aiohttp"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The HTTP client google-genai runs on: httpx (its fork httpx2, as installed with it),
+    and aiohttp, which it prefers when that is installed (skipped where it is not)."""
+    if request.param == "aiohttp":
+        pytest.importorskip("aiohttp")
+    else:
+        monkeypatch.setattr(genai._api_client, "has_aiohttp", False)
+    return str(request.param)
+
+
+def top_module(cls: type) -> str:
+    return cls.__module__.partition(".")[0]
+
+
+async def test_a_call_that_takes_too_long_is_a_retryable_timeout(
+    fake: FakeGeminiServer, transport: str
+) -> None:
     fake.script(hang())
     async with GeminiModel("gemini-test", base_url=fake.url, api_key=KEY, timeout_s=0.2) as m:
         with pytest.raises(ModelCallError) as info:
             await m.complete(request())
     assert (info.value.kind, info.value.retryable) == ("timeout", True)
-    cause = type(info.value.__cause__)  # the SDK's transport: httpx or its fork httpx2
-    assert cause.__module__.partition(".")[0] in ("httpx", "httpx2")
-    assert "TimeoutException" in [c.__name__ for c in cause.__mro__]
+    cause = type(info.value.__cause__)  # the transport's own exception, passed through
+    if transport == "httpx":
+        assert top_module(cause) in ("httpx", "httpx2")
+        assert "TimeoutException" in [c.__name__ for c in cause.__mro__]
+    else:  # aiohttp's total timeout is the built-in TimeoutError
+        assert issubclass(cause, TimeoutError)
 
 
-async def test_an_unreachable_server_is_a_retryable_connection_error() -> None:
+async def test_an_unreachable_server_is_a_retryable_connection_error(transport: str) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     async with GeminiModel("gemini-test", base_url=url, api_key=KEY) as m:
         with pytest.raises(ModelCallError) as info:
             await m.complete(request())
     assert (info.value.kind, info.value.retryable) == ("connection", True)
-    assert "ConnectError" in info.value.message
+    expected = ("aiohttp",) if transport == "aiohttp" else ("httpx", "httpx2")
+    assert top_module(type(info.value.__cause__)) in expected
+    assert "ConnectError" in info.value.message or "ClientConnectorError" in info.value.message
+
+
+async def test_a_response_cut_off_mid_body_is_a_retryable_connection_error(
+    fake: FakeGeminiServer, transport: str
+) -> None:
+    fake.script(dropped())
+    async with GeminiModel("gemini-test", base_url=fake.url, api_key=KEY) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    expected = ("aiohttp",) if transport == "aiohttp" else ("httpx", "httpx2")
+    assert top_module(type(info.value.__cause__)) in expected
 
 
 async def test_cancellation_propagates(model: GeminiModel, fake: FakeGeminiServer) -> None:
@@ -604,17 +633,6 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
 # --- end to end through Loop -----------------------------------------------------------------
 
 
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
-
-
 async def test_loop_runs_a_function_call_then_an_answer(fake: FakeGeminiServer) -> None:
     fake.script(
         generated(
@@ -635,7 +653,7 @@ async def test_loop_runs_a_function_call_then_an_answer(fake: FakeGeminiServer) 
     assert [s.llm_call_id for s in result.steps] == ["resp-a", "resp-b"]
     assert result.steps[0].observation == "5"
     assert result.steps[0].reasoning_chars == len("Use the tool.")
-    assert result.usage == Usage(82 + 120, 17 + 5 + 8)
+    assert result.usage == Usage(82 + 120, 17 + 5 + 8, cached_tokens=40, reasoning_tokens=5)
     first, second = body_of(fake, 0), body_of(fake, 1)
     assert [d["name"] for d in first["tools"][0]["functionDeclarations"]] == ["add"]
     assert second["contents"][-2:] == [

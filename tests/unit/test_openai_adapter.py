@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,20 @@ from polyloop import (
     ModelRequest,
     StopReason,
     ToolCall,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.openai import _ERROR_KINDS, NO_KEY_PLACEHOLDER, OpenAIModel, _translate
 from polyloop.testing import FakeClock
+from tests.fakes._server import then
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Reply,
     completion,
+    completion_stream,
     context_length_exceeded,
     dropped_connection,
     error,
+    error_chunk,
     hang,
     malformed_json,
     rate_limited,
@@ -41,6 +42,7 @@ from tests.fakes.openai_server import (
     tool_call,
     unauthorized,
 )
+from tests.fakes.providers import adder, free_port
 
 openai = pytest.importorskip("openai")
 
@@ -90,13 +92,6 @@ def request(
     return ModelRequest(
         "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -219,12 +214,23 @@ async def test_tool_call_reply_keeps_the_arguments_string_exactly(
     model: OpenAIModel, fake: FakeOpenAIServer
 ) -> None:
     args = '{"a": 2,   "b":3 }'
-    fake.script(completion(tool_calls=[tool_call("add", args, id="call_abc")], id="chatcmpl-9"))
+    fake.script(
+        completion(
+            tool_calls=[tool_call("add", args, id="call_abc")],
+            id="chatcmpl-9",
+            cached_tokens=64,
+            reasoning_tokens=9,
+            model="gpt-test-2025-04-14",
+        )
+    )
     reply = await model.complete(request(tools=[ADD_SPEC]))
     assert reply.tool_calls == (ToolCall("add", args, "call_abc"),)
     assert reply.text == ""
     assert reply.call_id == "chatcmpl-9"
-    assert reply.usage == Usage(82, 17)
+    # prompt_tokens_details.cached_tokens and completion_tokens_details.reasoning_tokens are
+    # parts of the prompt and completion tokens, as Usage counts them.
+    assert reply.usage == Usage(82, 17, cached_tokens=64, reasoning_tokens=9)
+    assert reply.model == "gpt-test-2025-04-14"  # the model that answered, as reported
     assert reply.reasoning is None
 
 
@@ -348,6 +354,71 @@ async def test_failures_become_model_call_errors_with_a_kind(
     if kind != "bad_response":  # those come from a bare JSONDecodeError or our own check
         assert isinstance(err.__cause__, openai.OpenAIError)
     assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("chunk", "kind", "retryable"),
+    [
+        (error_chunk("The server had an error", type="server_error"), "server", True),
+        (
+            error_chunk("Rate limit reached", type="requests", code="rate_limit_exceeded"),
+            "rate_limit",
+            True,
+        ),
+        (
+            error_chunk(
+                "maximum context length is 8192 tokens",
+                type="invalid_request_error",
+                code="context_length_exceeded",
+            ),
+            "context_length",
+            False,
+        ),
+        (error_chunk("bad value", type="invalid_request_error"), "bad_request", False),
+        # vLLM: the error's code is the HTTP status it would have answered with
+        (error_chunk("engine died", type="InternalServerError", code=500), "server", True),
+        (error_chunk("too many requests", type="RateLimitError", code=429), "rate_limit", True),
+        (error_chunk("bad", type="BadRequestError", code=400), "bad_request", False),
+        (error_chunk("who knows", type="mystery"), "error", False),
+    ],
+    ids=[
+        "server_error",
+        "rate_limit",
+        "context_length",
+        "bad_request",
+        "vllm 500",
+        "vllm 429",
+        "vllm 400",
+        "unknown",
+    ],
+)
+async def test_an_error_chunk_inside_a_stream_is_kind_as_the_same_error_sent_whole(
+    fake: FakeOpenAIServer, chunk: bytes, kind: str, retryable: bool
+) -> None:
+    fake.script(then(completion_stream("The answer is 5."), 3, chunk))
+    async with OpenAIModel("gpt-test", base_url=fake.url, stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == (kind, retryable)
+    assert type(info.value.__cause__) is openai.APIError  # as the SDK's stream parser raises it
+
+
+async def test_a_stream_sends_include_usage_and_reads_the_last_chunks_usage(
+    fake: FakeOpenAIServer,
+) -> None:
+    fake.script(completion_stream("hi", usage=(10, 2), cached_tokens=4, reasoning_tokens=1))
+    async with OpenAIModel("gpt-test", base_url=fake.url, stream=True) as m:
+        reply = await m.complete(request())
+    body = fake.requests[0].body
+    assert (body["stream"], body["stream_options"]) == (True, {"include_usage": True})
+    assert reply.usage == Usage(10, 2, cached_tokens=4, reasoning_tokens=1)
+
+
+async def test_a_server_that_streams_no_usage_gives_usage_none(fake: FakeOpenAIServer) -> None:
+    fake.script(completion_stream("hi", usage=None))  # a server that ignores include_usage
+    async with OpenAIModel("gpt-test", base_url=fake.url, stream=True) as m:
+        reply = await m.complete(request())
+    assert (reply.text, reply.usage) == ("hi", None)
 
 
 async def test_retry_after_as_an_http_date_is_seconds_from_now(
@@ -566,17 +637,6 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
 # --- end to end through Loop -----------------------------------------------------------------
 
 
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
-
-
 async def test_loop_runs_a_tool_call_then_an_answer(fake: FakeOpenAIServer) -> None:
     fake.script(
         completion(tool_calls=[tool_call("add", '{"a": 2, "b": 3}', id="call_1")], id="cmpl-a"),
@@ -588,7 +648,7 @@ async def test_loop_runs_a_tool_call_then_an_answer(fake: FakeOpenAIServer) -> N
     assert result.final_answer == "2 + 3 = 5"
     assert [s.llm_call_id for s in result.steps] == ["cmpl-a", "cmpl-b"]
     assert result.steps[0].observation == "5"
-    assert result.usage == Usage(82 + 120, 17 + 8)
+    assert result.usage == Usage(82 + 120, 17 + 8, cached_tokens=0, reasoning_tokens=0)
     first, second = (r.body for r in fake.requests)
     assert first["parallel_tool_calls"] is False
     assert [t["function"]["name"] for t in first["tools"]] == ["add"]

@@ -20,12 +20,17 @@ from polyloop import (
     ModelRequest,
     StopReason,
     ToolCall,
-    ToolRegistry,
     Usage,
 )
 from polyloop.models.openai_responses import OpenAIResponsesModel
 from polyloop.testing import FakeClock
-from tests.fakes.openai_responses_server import function_call, message, reasoning, response
+from tests.fakes.openai_responses_server import (
+    function_call,
+    message,
+    reasoning,
+    response,
+    response_stream,
+)
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Reply,
@@ -34,6 +39,7 @@ from tests.fakes.openai_server import (
     server_error,
     unauthorized,
 )
+from tests.fakes.providers import adder
 from tests.unit.test_openai_adapter import ADD_SPEC, ERROR_CASES
 
 openai = pytest.importorskip("openai")
@@ -73,17 +79,6 @@ def request(
     return ModelRequest(
         "run-1", 0, 1, messages or [{"role": "user", "content": "What is 2+3?"}], tools
     )
-
-
-def adder() -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool
-    def add(a: int, b: int) -> str:
-        """Add two numbers."""
-        return str(a + b)
-
-    return tools
 
 
 # --- the request -----------------------------------------------------------------------------
@@ -239,13 +234,17 @@ async def test_reasoning_summaries_text_usage_and_the_response_id(
             message("The answer is 5."),
             id="resp_abc",
             usage=(75, 1186, 1024),
+            cached_tokens=60,
+            model="o4-mini-2025-04-16",
         )
     )
     reply = await model.complete(request())
     assert reply.text == "The answer is 5."
     assert reply.reasoning == "**Adding**\n\n2 plus 3.\n\nIt is 5."
     assert reply.call_id == "resp_abc"
-    assert reply.usage == Usage(75, 1186)  # the 1024 reasoning tokens are part of the output
+    # The 1024 reasoning tokens are part of the output, the 60 cached ones of the input.
+    assert reply.usage == Usage(75, 1186, cached_tokens=60, reasoning_tokens=1024)
+    assert reply.model == "o4-mini-2025-04-16"
     assert reply.tool_calls == ()
 
 
@@ -366,7 +365,7 @@ async def test_loop_round_trip_pairs_function_call_and_output_by_call_id(
     assert [s.llm_call_id for s in result.steps] == ["resp_a", "resp_b"]
     assert result.steps[0].observation == "5"
     assert result.steps[0].reasoning_chars == len("Use add.")
-    assert result.usage == Usage(50 + 120, 40 + 8)
+    assert result.usage == Usage(50 + 120, 40 + 8, cached_tokens=0, reasoning_tokens=32)
     first, second = (r.body for r in fake.requests)
     assert first["parallel_tool_calls"] is False and first["store"] is False
     assert [t["name"] for t in first["tools"]] == ["add"]
@@ -441,3 +440,39 @@ def test_the_command_runs_an_openai_responses_model(fake: FakeOpenAIServer, tmp_
         "call_id": "call_r1",
         "output": "the code is 7\n",
     }
+
+
+async def test_streamed_deltas_add_up_to_the_reply_across_items_and_summary_parts(
+    fake: FakeOpenAIServer,
+) -> None:
+    # The reply joins message items with "\n" and summary parts with a blank line: the deltas
+    # carry the same separators, so that what was shown is what is journaled.
+    output = (
+        reasoning("First, read.", "Then, answer."),
+        message("Paris", id="msg_1"),
+        message("is the capital.", id="msg_2", refusal=" (no more)"),
+    )
+    fake.script(response(*output), response_stream(*output))
+    shown: list[tuple[str, str]] = []
+    on_delta = lambda kind, text: shown.append((kind, text))  # noqa: E731
+    req = ModelRequest("r", 0, 1, [{"role": "user", "content": "?"}], (), on_delta)
+    async with OpenAIResponsesModel("o4-mini", base_url=fake.url, api_key="k") as whole:
+        expected = await whole.complete(req)
+    async with OpenAIResponsesModel("o4-mini", base_url=fake.url, api_key="k", stream=True) as m:
+        reply = await m.complete(req)
+    assert reply == expected
+    assert reply.text == "Paris\nis the capital. (no more)"
+    assert "".join(t for k, t in shown if k == "text") == reply.text
+    assert "".join(t for k, t in shown if k == "reasoning") == reply.reasoning
+
+
+async def test_a_stream_failing_with_response_failed_is_a_server_error(
+    fake: FakeOpenAIServer,
+) -> None:
+    failed = {"code": "server_error", "message": "The model failed."}
+    fake.script(response_stream(message("Par"), status="failed", error=failed))
+    async with OpenAIResponsesModel("o4-mini", base_url=fake.url, api_key="k", stream=True) as m:
+        with pytest.raises(ModelCallError) as info:
+            await m.complete(request())
+    assert (info.value.kind, info.value.retryable) == ("server", True)
+    assert "The model failed." in info.value.message

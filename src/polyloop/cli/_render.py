@@ -16,7 +16,14 @@ from rich.table import Table
 from rich.text import Text
 
 from polyloop import EscalationReport, RunResult, StepRecord
-from polyloop.events import ActionStarted, Event, RunEnded, StepAppended
+from polyloop.events import (
+    ActionStarted,
+    Event,
+    ModelCallFinished,
+    ModelDelta,
+    RunEnded,
+    StepAppended,
+)
 from polyloop.types import TestEdit
 
 console = Console(highlight=False, soft_wrap=False)
@@ -41,13 +48,26 @@ PROGRESS_HEADER = f"{'step':<8}  {'action':<44}  {'status':<12} {'step time':>12
 class Progress:
     """An observer drawing one line per step under a header naming the columns: the step
     number, its action (or answer), the action's status, and the step's own time
-    (``step_wall_ms``: model call, interpretation and execution), in milliseconds."""
+    (``step_wall_ms``: model call, interpretation and execution), in milliseconds. A
+    streamed reply's text (``run --stream``) is printed as it arrives, on lines of its own
+    before its step's line; the text of an attempt that failed is followed by a line saying
+    it is not the reply."""
 
     def __init__(self) -> None:
         self.headed = False
+        self.streaming = False
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, ActionStarted) and not _plain():
+        if isinstance(event, ModelDelta):
+            if event.kind == "text":
+                self.streaming = True
+                print(event.text, end="", flush=True)
+        elif isinstance(event, ModelCallFinished) and self.streaming:
+            self.streaming = False
+            self.line("")
+            if event.error is not None:
+                self.line("(that reply was cut off: the attempt failed, and it is not the reply)")
+        elif isinstance(event, ActionStarted) and not _plain():
             tool = escape(event.tool_name or "")
             console.print(f"[dim]  step {event.step_idx}  {tool} …[/dim]")
         elif isinstance(event, StepAppended):

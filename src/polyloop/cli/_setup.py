@@ -72,13 +72,14 @@ def run_config(
     timeout_s: float | None = None,
     budgets: dict[str, Any] | None = None,
     guard: FailureGuardArgs | None = None,
+    stream: bool = False,
 ) -> dict[str, Any]:
     """Check the ``run`` arguments; the result is stored with the run (for ``resume``).
     ``timeout_s`` (the model call's request timeout) is stored only when given: a run
     without it uses ``OpenAIModel``'s default. ``budgets``: ``max_tokens``, ``max_cost``,
     ``max_seconds`` (None: unbounded). ``guard``: the failure guard's options
     (``polyloop run`` passes them; ``batch``, whose run ids derive from its options, does
-    not)."""
+    not). ``stream`` is stored only when True (a resumed run streams as it did)."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
@@ -110,6 +111,8 @@ def run_config(
     }
     if timeout_s is not None:
         config["timeout_s"] = check_timeout(timeout_s)
+    if stream:
+        config["stream"] = True
     return config
 
 
@@ -246,6 +249,8 @@ def _model(config: dict[str, Any]) -> Any:
     options: dict[str, Any] = {"base_url": config.get("base_url")}
     if config.get("timeout_s") is not None:
         options["timeout_s"] = config["timeout_s"]
+    if config.get("stream") is True:
+        options["stream"] = True
     provider, _, name = config["model"].partition(":")
     try:
         if provider == "anthropic":

@@ -292,6 +292,14 @@ def run(
             help="Take the failures of the test runs before the first edit as known.",
         ),
     ] = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="Stream each reply from the provider and print its text as it arrives "
+            "(the journal still holds each whole reply). Stored with the run.",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent on GOAL with the general workspace tools, journaled for resume.
 
@@ -325,6 +333,7 @@ def run(
                 tuple(known_failure or ()),
                 baseline,
             ),
+            stream=stream,
         )
         servers = mcp_config(mcp or [], prefix=mcp_prefix, headers=mcp_header or [])
     except (BadInput, PolyLoopError) as exc:

@@ -13,7 +13,11 @@
   also ``polyloop.FallbackModel``).
 
 Each adapter lives in its own module and imports its SDK lazily, so importing this package
-never needs an extra installed.
+never needs an extra installed. Each reports ``Usage`` with its cached and reasoning parts and
+the ``model`` that answered, maps its SDK's failures to ``ModelCallError`` kinds (a content
+filter's to ``content_filter``), and takes ``stream=True`` to stream each reply, its pieces
+passed to ``ModelRequest.on_delta`` (``ModelDelta`` events in a run) while ``complete`` still
+returns the one complete reply; a stream cut off is a failed attempt (``connection``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """HTTP details the model adapters share: reading ``Retry-After``, showing a base URL without
-its credentials, telling whether a base URL is on this machine. No SDK is imported here."""
+its credentials, telling whether a base URL is on this machine, telling an HTTP transport's
+own failures apart. No SDK or HTTP client is imported here."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import ipaddress
 import math
 import time
 from datetime import UTC
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ..types import ConfigError, Pricing
@@ -21,6 +22,7 @@ __all__ = [
     "redact_url",
     "retry_after",
     "seconds",
+    "transport_kind",
 ]
 
 NO_KEY_PLACEHOLDER = "polyloop-no-key"
@@ -111,3 +113,32 @@ def checked_pricing(pricing: object, adapter: str) -> Pricing | None:
             f"cached_input_per_mtok) or None, got {pricing!r}"
         )
     return pricing
+
+
+# The HTTP clients the SDKs run on, by top-level module name: httpx (or its fork httpx2, which
+# the installed SDKs may use instead), and aiohttp, which google-genai prefers when installed.
+_HTTPX: Final = frozenset({"httpx", "httpx2", "httpcore", "httpcore2"})
+
+
+def transport_kind(exc: BaseException) -> tuple[str, bool] | None:
+    """``("timeout", True)`` or ``("connection", True)`` for a failure of the HTTP transport
+    itself, raised through an SDK unwrapped (refused, reset, a body cut off mid-way, a read
+    that timed out): httpx's ``TimeoutException`` and ``TransportError``, aiohttp's
+    ``ServerTimeoutError``, ``ClientConnectionError`` and ``ClientPayloadError``, and the
+    built-in ``TimeoutError`` (aiohttp's total timeout). None for any other exception. Found by
+    class and module name, so that neither client needs to be importable."""
+    for cls in type(exc).__mro__:
+        top = cls.__module__.partition(".")[0]
+        if top in _HTTPX:
+            if cls.__name__ == "TimeoutException":
+                return ("timeout", True)
+            if cls.__name__ == "TransportError":
+                return ("connection", True)
+        elif top == "aiohttp":
+            if cls.__name__ == "ServerTimeoutError":
+                return ("timeout", True)
+            if cls.__name__ in ("ClientConnectionError", "ClientPayloadError"):
+                return ("connection", True)
+    if isinstance(exc, TimeoutError):
+        return ("timeout", True)
+    return None

@@ -35,7 +35,18 @@ Not retryable:
   ``UnprocessableEntityError`` (422), ``ContentTooLargeError`` (413),
   ``RequestHeaderFieldsTooLargeError`` (431), ``PreconditionFailedError`` (412), and a
   history message this adapter cannot convert;
+* ``content_filter``: a reply that ended with ``stop_reason`` ``refusal`` (Anthropic's
+  safety classifiers stopped it);
 * ``error``: any other ``anthropic.AnthropicError``, other 4xx statuses and 501 included.
+
+With ``stream=True``, the transport's own failures while a stream is read, which the SDK does
+not wrap (httpx's ``RemoteProtocolError`` for a connection dropped mid-stream, a
+``ReadTimeout``), are ``connection`` and ``timeout``; a stream that ends without its
+``message_stop`` event is ``connection`` (retryable: the attempt failed, and what arrived of it
+is no reply); an ``error`` event inside the stream is kind by its error type, as the same
+error sent as a response would be (``overloaded_error`` and ``api_error`` ``server``,
+``rate_limit_error`` ``rate_limit``, ``invalid_request_error`` ``bad_request`` or
+``context_length``, ...).
 
 A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
 ``context_overflow``, which is PolyLoop's own ``max_prompt_chars`` check before the call).
@@ -48,8 +59,8 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from types import ModuleType, TracebackType
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType, SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import pydantic
@@ -65,12 +76,29 @@ from ..types import (
     Usage,
     import_extra,
 )
+from ._common import (
+    Relay,
+    bad_response,
+    by_status,
+    content_filtered,
+    count,
+    cut_off,
+    describe,
+    drain,
+    finish,
+    kind_along_mro,
+    name_of,
+    too_long,
+    translating,
+    unconvertible,
+)
 from ._http import (
     NO_KEY_PLACEHOLDER,
     api_key_or_placeholder,
     checked_pricing,
     redact_url,
     retry_after,
+    transport_kind,
 )
 
 if TYPE_CHECKING:
@@ -124,7 +152,7 @@ _ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
     "CMEKKeyDisabledError": ("permission", False),
     "CMEKKeyNetworkBlockedError": ("permission", False),
     "NotFoundError": ("not_found", False),
-    "BadRequestError": ("bad_request", False),  # or context_length, see _is_context_length
+    "BadRequestError": ("bad_request", False),  # or context_length, see _translate
     "ClaudeCodeVersionTooOldError": ("bad_request", False),
     "RequestBodyEncodingInvalidError": ("bad_request", False),
     "RequestBodyEncodingUnsupportedError": ("bad_request", False),
@@ -139,6 +167,21 @@ _ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
     "APIWebhookValidationError": ("error", False),
     "APIError": ("error", False),
     "AnthropicError": ("error", False),
+}
+
+# The kind of an error event inside a stream (the response's status is 200), by its error type:
+# what the same error sent as a response would be (tests/fakes ERROR_TYPES, by status).
+_STREAMED_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
+    "overloaded_error": ("server", True),
+    "api_error": ("server", True),
+    "rate_limit_error": ("rate_limit", True),
+    "timeout_error": ("timeout", True),
+    "invalid_request_error": ("bad_request", False),
+    "request_too_large": ("bad_request", False),
+    "authentication_error": ("auth", False),
+    "permission_error": ("permission", False),
+    "billing_error": ("permission", False),
+    "not_found_error": ("not_found", False),
 }
 
 # How Anthropic (and compatible proxies) word "the prompt does not fit" (lowercase).
@@ -199,12 +242,21 @@ class AnthropicModel:
     The reply: text blocks joined into ``text``; ``thinking`` blocks joined (blank line
     between) into ``reasoning`` (``redacted_thinking`` is not readable and left out);
     ``tool_use`` blocks into ``tool_calls`` with their ids and ``input`` objects;
-    ``call_id`` is the message's ``id``; ``usage`` is ``input_tokens`` plus the cache's
-    ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (Anthropic counts those
-    apart; PolyLoop's input is everything the prompt cost) and ``output_tokens`` (thinking
-    included). The cached and reasoning breakdowns and the ``model`` that answered are not
-    stored in the journal yet. ``stop_reason`` is not an error: a reply cut by
-    ``max_tokens`` or a ``refusal`` is returned as it came (the interpreter judges it).
+    ``call_id`` is the message's ``id``; ``model`` the message's ``model``; ``usage`` is
+    ``input_tokens`` plus the cache's ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` (Anthropic counts those apart; PolyLoop's input is
+    everything the prompt cost), ``cached_tokens`` the cache reads among them,
+    ``output_tokens`` (thinking included) and ``reasoning_tokens`` the
+    ``output_tokens_details.thinking_tokens`` among them when the API gives them (else None).
+    A reply cut by ``max_tokens`` is returned as it came (the interpreter judges it); one
+    with ``stop_reason`` ``refusal`` is a ``content_filter`` failure.
+
+    Streaming (``stream=True``): one ``complete`` is one ``POST /v1/messages`` with
+    ``stream: true``; the text, thinking and tool-input JSON deltas go to
+    ``request.on_delta`` as they arrive (the kernel makes each a ``ModelDelta`` event), and
+    the reply is put together from the events: the same reply as without streaming (a tool
+    call's ``input`` is its streamed JSON, parsed). A stream cut off before ``message_stop``
+    is a failed attempt (kind ``connection``), never a partial reply. Off by default.
 
     Extended thinking (``thinking_budget``) with tools: the API requires the signed thinking
     blocks of a tool-calling reply to come back with it in the next request. PolyLoop's
@@ -242,14 +294,15 @@ class AnthropicModel:
         extra_body: extra JSON fields merged into every request body (sampling settings such
             as ``temperature`` or ``top_k`` go here: the SDK's ``create`` no longer takes them
             as arguments).
-
+        stream: stream each reply (see above).
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
+
     Raises:
         ImportError: the ``anthropic`` package is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/
-            ``thinking_budget``/``tool_choice``, or no API key for a base URL that is not on
-            this machine.
+            ``thinking_budget``/``tool_choice``/``stream``, or no API key for a base URL that
+            is not on this machine.
         TypeError: ``client`` together with ``base_url`` or ``api_key``.
 
     Use ``async with AnthropicModel(...) as model:`` or call :meth:`aclose` to close the
@@ -269,11 +322,14 @@ class AnthropicModel:
         tool_choice: str | Mapping[str, Any] = "auto",
         extra_body: Mapping[str, Any] | None = None,
         pricing: Pricing | None = None,
+        stream: bool = False,
     ) -> None:
         name = "AnthropicModel"
         self.pricing = checked_pricing(pricing, name)
         if not isinstance(model, str) or not model.strip():
             raise ConfigError(f"{name} needs a model name, e.g. 'claude-sonnet-4-5'; got {model!r}")
+        if not isinstance(stream, bool):
+            raise ConfigError(f"{name} stream must be True or False, got {stream!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise ConfigError(f"{name} timeout_s must be a number > 0, got {timeout_s!r}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
@@ -308,6 +364,7 @@ class AnthropicModel:
         self._thinking_budget = thinking_budget
         self._tool_choice = choice
         self._extra_body = dict(extra_body) if extra_body else None
+        self._stream = stream
         # run_id -> (tool_use id -> the thinking blocks of the reply that made it)
         self._thinking: OrderedDict[str, OrderedDict[str, list[dict[str, Any]]]] = OrderedDict()
         self._closed = False
@@ -349,6 +406,11 @@ class AnthropicModel:
         return self._client
 
     @property
+    def stream(self) -> bool:
+        """Whether replies are streamed (see the ``stream`` argument)."""
+        return self._stream
+
+    @property
     def name(self) -> str:
         """``"anthropic:MODEL"``: the model string of ``polyloop run --model``, journaled with
         every attempt this model makes."""
@@ -359,26 +421,27 @@ class AnthropicModel:
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """One message for ``request`` (see the class docstring for both directions).
+        """One message for ``request`` (see the class docstring for both directions),
+        streamed when the model was built with ``stream=True`` (its deltas passed to
+        ``request.on_delta``).
 
         Raises:
             ModelCallError: the call failed; ``kind`` and ``retryable`` per the module table.
 
         Nothing is retried here; a failed call may have been processed (and billed) by the
-        provider or not, and there is no way to know which.
+        provider or not, and there is no way to know which. The deltas of a streamed attempt
+        that then failed belong to no reply.
         """
         client: Any = self._client
         body = self._body(request)
-        try:
-            response = await client.messages.create(**body)
-        except Exception as exc:
-            key = getattr(self._client, "api_key", None)
-            translated = _translate(
-                exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
-            )
-            if translated is None:
-                raise
-            raise translated from exc
+        with translating(self._translate):
+            if self._stream:
+                events = _Events(self._where(), request.on_delta)
+                stream = await client.messages.create(**body, stream=True)
+                await drain(stream, events.add)
+                response = events.message()
+            else:
+                response = await client.messages.create(**body)
         reply, thinking = _reply(response, self._where())
         if thinking and reply.tool_calls:
             kept = self._thinking.get(request.run_id)
@@ -419,6 +482,12 @@ class AnthropicModel:
     def _where(self) -> str:
         return f"{self.base_url} (model {self._model!r})"
 
+    def _translate(self, exc: Exception) -> ModelCallError | None:
+        key = getattr(self._client, "api_key", None)
+        return _translate(
+            exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
+        )
+
     # -- lifetime -----------------------------------------------------------------------------
     async def aclose(self) -> None:
         """Close the client this model built (idempotent); a ``client=`` passed in stays open."""
@@ -441,15 +510,6 @@ class AnthropicModel:
 # -- requests ----------------------------------------------------------------------------------
 
 
-def _unconvertible(where: str, what: str) -> ModelCallError:
-    return ModelCallError(
-        f"cannot send the conversation to {where}: {what} "
-        "(the context must hold OpenAI-format chat messages)",
-        retryable=False,
-        kind="bad_request",
-    )
-
-
 def _wire_tool(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
     """An OpenAI-format function spec as an Anthropic tool; a spec already in Anthropic's
     shape (with ``input_schema``) is sent as given."""
@@ -457,7 +517,7 @@ def _wire_tool(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         return dict(spec)
     fn = spec.get("function")
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise _unconvertible(where, f"a tool spec without a function name: {spec!r}")
+        raise unconvertible(where, f"a tool spec without a function name: {spec!r}")
     tool: dict[str, Any] = {
         "name": fn["name"],
         "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
@@ -483,13 +543,13 @@ def _content_blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, Sequence):
-        raise _unconvertible(where, f"message content of type {type(content).__name__}")
+        raise unconvertible(where, f"message content of type {type(content).__name__}")
     blocks: list[dict[str, Any]] = []
     for part in content:
         if isinstance(part, str):
             part = {"type": "text", "text": part}
         if not isinstance(part, Mapping):
-            raise _unconvertible(where, f"a content part of type {type(part).__name__}")
+            raise unconvertible(where, f"a content part of type {type(part).__name__}")
         kind = part.get("type")
         if kind == "text":
             if part.get("text"):
@@ -498,7 +558,7 @@ def _content_blocks(content: Any, where: str) -> list[dict[str, Any]]:
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, Mapping) else image
             if not isinstance(url, str):
-                raise _unconvertible(where, f"an image_url part without a url: {part!r}")
+                raise unconvertible(where, f"an image_url part without a url: {part!r}")
             blocks.append(_image(url))
         else:  # already an Anthropic block (image, document, ...): sent as given
             blocks.append(dict(part))
@@ -557,7 +617,7 @@ def _wire_messages(
             for call in calls:
                 fn = call.get("function") or {}
                 if not isinstance(fn.get("name"), str) or not call.get("id"):
-                    raise _unconvertible(where, f"a tool call without a name or id: {call!r}")
+                    raise unconvertible(where, f"a tool call without a name or id: {call!r}")
                 blocks.append(
                     {
                         "type": "tool_use",
@@ -570,7 +630,7 @@ def _wire_messages(
         elif role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise _unconvertible(where, "a tool message without a tool_call_id")
+                raise unconvertible(where, "a tool message without a tool_call_id")
             result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
             content = message.get("content")
             if isinstance(content, str):
@@ -579,33 +639,31 @@ def _wire_messages(
                 result["content"] = _content_blocks(content, where)
             add("user", [result])
         else:
-            raise _unconvertible(where, f"a message with role {role!r}")
+            raise unconvertible(where, f"a message with role {role!r}")
     return "\n\n".join(system), wire
 
 
 # -- replies -----------------------------------------------------------------------------------
 
 
-def _bad_response(where: str, what: str) -> ModelCallError:
-    return ModelCallError(f"bad response from {where}: {what}", retryable=True, kind="bad_response")
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _usage(reported: Any) -> Usage | None:
     if reported is None:
         return None
     parts = [
-        _count(getattr(reported, field, None))
+        count(getattr(reported, field, None))
         for field in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     ]
     given = [n for n in parts if n is not None]
-    output = _count(getattr(reported, "output_tokens", None))
+    output = count(getattr(reported, "output_tokens", None))
     if not given and output is None:
         return None
-    return Usage(sum(given) if given else None, output)
+    details = getattr(reported, "output_tokens_details", None)
+    return Usage(
+        sum(given) if given else None,
+        output,
+        cached_tokens=parts[1],
+        reasoning_tokens=count(getattr(details, "thinking_tokens", None)),
+    )
 
 
 def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]:
@@ -616,7 +674,9 @@ def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]
     if not isinstance(content, list):
         shown = repr(response)
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise _bad_response(where, f"no content blocks in the response: {shown}")
+        raise bad_response(where, f"no content blocks in the response: {shown}")
+    if getattr(response, "stop_reason", None) == "refusal":
+        raise content_filtered(where, "stop_reason refusal")
     texts: list[str] = []
     reasoning: list[str] = []
     thinking: list[dict[str, Any]] = []
@@ -626,7 +686,7 @@ def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]
         if kind == "text":
             text = getattr(block, "text", None)
             if not isinstance(text, str):
-                raise _bad_response(where, f"a text block without text: {block!r}")
+                raise bad_response(where, f"a text block without text: {block!r}")
             texts.append(text)
         elif kind == "thinking":
             thought = getattr(block, "thinking", None)
@@ -644,11 +704,11 @@ def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]
         elif kind == "tool_use":
             name, arguments = getattr(block, "name", None), getattr(block, "input", None)
             if not isinstance(name, str):
-                raise _bad_response(where, f"a tool_use block without a name: {block!r}")
+                raise bad_response(where, f"a tool_use block without a name: {block!r}")
             if arguments is None:
                 arguments = {}
             elif not isinstance(arguments, Mapping):
-                raise _bad_response(
+                raise bad_response(
                     where, f"tool_use {name!r} has input of type {type(arguments).__name__}"
                 )
             call_id = getattr(block, "id", None)
@@ -656,80 +716,172 @@ def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]
                 ToolCall(name, dict(arguments), call_id if isinstance(call_id, str) else None)
             )
         # other blocks (server tools' calls and results) are not PolyLoop's to act on
-    response_id = getattr(response, "id", None)
     reply = ModelReply(
         text="".join(texts),
         reasoning="\n\n".join(reasoning) if reasoning else None,
         tool_calls=tuple(calls),
-        call_id=response_id if isinstance(response_id, str) and response_id else None,
+        call_id=name_of(getattr(response, "id", None)),
         usage=_usage(getattr(response, "usage", None)),
+        model=name_of(getattr(response, "model", None)),
     )
     return reply, thinking
+
+
+class _Block:
+    """One content block of a streamed message, put together from its deltas."""
+
+    __slots__ = ("pieces", "signature", "start")
+
+    def __init__(self, start: Any) -> None:
+        self.start = start
+        self.pieces: list[str] = []
+        self.signature = getattr(start, "signature", None) or ""
+
+    def whole(self, where: str) -> Any:
+        """The block as the message sent whole would hold it."""
+        kind = getattr(self.start, "type", None)
+        joined = "".join(self.pieces)
+        if kind == "text":
+            return SimpleNamespace(
+                type="text", text=(getattr(self.start, "text", "") or "") + joined
+            )
+        if kind == "thinking":
+            thought = (getattr(self.start, "thinking", "") or "") + joined
+            return SimpleNamespace(type="thinking", thinking=thought, signature=self.signature)
+        if kind == "tool_use" and joined:
+            try:
+                arguments = json.loads(joined)
+            except ValueError:
+                raise bad_response(
+                    where,
+                    f"tool_use {getattr(self.start, 'name', None)!r} streamed input "
+                    f"that is not JSON: {joined[:200]!r}",
+                ) from None
+            return SimpleNamespace(
+                type="tool_use",
+                id=getattr(self.start, "id", None),
+                name=getattr(self.start, "name", None),
+                input=arguments,
+            )
+        return self.start  # a tool_use with no input deltas, redacted_thinking, others
+
+
+_STREAM_DELTAS: Final[Mapping[str, tuple[str, str, str]]] = {
+    # delta type: (its text field, the on_delta kind, the separator between blocks)
+    "text_delta": ("text", "text", ""),
+    "thinking_delta": ("thinking", "reasoning", "\n\n"),
+    "input_json_delta": ("partial_json", "tool_call", ""),
+}
+
+
+class _Events:
+    """The events of one streamed message, put together into the message sent whole: its id,
+    model and input usage from ``message_start``, each block from its start and deltas (each
+    delta relayed to ``on_delta`` as it arrives), the stop reason and final usage from
+    ``message_delta`` (whose counts are totals that replace the start's)."""
+
+    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
+        self.where = where
+        self.relay = Relay(on_delta)
+        self.head: Any = None
+        self.usage: dict[str, Any] = {}
+        self.blocks: dict[int, _Block] = {}
+        self.stop_reason: Any = None
+        self.stopped = False
+
+    def add(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "content_block_delta":
+            delta = getattr(event, "delta", None)
+            entry = _STREAM_DELTAS.get(getattr(delta, "type", None) or "")
+            index = getattr(event, "index", None)
+            block = self.blocks.get(index) if isinstance(index, int) else None
+            if block is None:
+                return
+            if entry is not None:
+                piece = getattr(delta, entry[0], None)
+                if isinstance(piece, str):
+                    block.pieces.append(piece)
+                    self.relay(entry[1], piece, index, entry[2])
+            elif getattr(delta, "type", None) == "signature_delta":
+                block.signature = getattr(delta, "signature", None) or ""
+        elif kind == "content_block_start":
+            self.blocks[event.index] = _Block(event.content_block)
+        elif kind == "message_start":
+            self.head = event.message
+            self._count(getattr(self.head, "usage", None))
+        elif kind == "message_delta":
+            self.stop_reason = getattr(getattr(event, "delta", None), "stop_reason", None)
+            self._count(getattr(event, "usage", None))
+        elif kind == "message_stop":
+            self.stopped = True
+
+    def _count(self, usage: Any) -> None:
+        for field in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+            "output_tokens_details",
+        ):
+            value = getattr(usage, field, None)
+            if value is not None:
+                self.usage[field] = value
+
+    def message(self) -> Any:
+        """The message; a stream without ``message_stop`` was cut off."""
+        if not self.stopped or self.head is None:
+            raise cut_off(self.where, "its message_stop event")
+        return SimpleNamespace(
+            id=getattr(self.head, "id", None),
+            model=getattr(self.head, "model", None),
+            content=[self.blocks[i].whole(self.where) for i in sorted(self.blocks)],
+            stop_reason=self.stop_reason,
+            usage=SimpleNamespace(**self.usage) if self.usage else None,
+        )
 
 
 # -- errors ------------------------------------------------------------------------------------
 
 
-def _kind_of(exc: BaseException, sdk: ModuleType) -> tuple[str, bool]:
-    for cls in type(exc).__mro__:
-        entry = _ERROR_KINDS.get(cls.__name__)
-        if entry is not None and getattr(sdk, cls.__name__, None) is cls:
-            return entry
-    return ("error", False)
+_ERROR: Final = ("error", False)
 
 
-def _is_context_length(exc: BaseException) -> bool:
-    body = getattr(exc, "body", None)
-    parts = [getattr(exc, "message", None) or str(exc)]
-    if isinstance(body, str):
-        parts.append(body)
-    elif body is not None:
-        try:
-            parts.append(json.dumps(body, default=str))
-        except (TypeError, ValueError):
-            parts.append(str(body))
-    text = " ".join(parts).lower()
-    return any(phrase in text for phrase in _CONTEXT_LENGTH_PHRASES)
-
-
-def _describe(exc: BaseException, sdk: ModuleType) -> str:
-    text = str(exc) or type(exc).__name__
-    cause = exc.__cause__
-    if isinstance(exc, sdk.APIConnectionError) and cause is not None and str(cause):
-        text += f" ({type(cause).__name__}: {cause})"
-    return " ".join(text.split())  # one line
+def _streamed_kind(body: object) -> tuple[str, bool] | None:
+    """The kind of an ``error`` event inside a stream, by its error type (None: unknown)."""
+    error = body.get("error") if isinstance(body, Mapping) else None
+    kind = error.get("type") if isinstance(error, Mapping) else None
+    return _STREAMED_KINDS.get(kind) if isinstance(kind, str) else None
 
 
 def _translate(
     exc: Exception, sdk: ModuleType, where: str, *, secret: str | None = None
 ) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK raised; None if it is not the SDK's.
-    ``secret`` (the API key) is masked in the message, which is journaled."""
+    """The ``ModelCallError`` for an exception the SDK (or, in a stream, its HTTP transport)
+    raised; None if it is neither's. ``secret`` (the API key) is masked in the message, which
+    is journaled."""
+    shown = describe(exc, with_cause=isinstance(exc, sdk.APIConnectionError))
+    status: int | None = None
     if isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
-        kind, retryable, status = "bad_response", True, None
-        message = f"bad response from {where}: {type(exc).__name__}: {_describe(exc, sdk)}"
+        kind, retryable = "bad_response", True
+        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
     elif isinstance(exc, sdk.AnthropicError):
-        kind, retryable = _kind_of(exc, sdk)
-        status = getattr(exc, "status_code", None)
-        status = status if isinstance(status, int) else None
-        message = f"{type(exc).__name__} from {where}: {_describe(exc, sdk)}"
+        kind, retryable = kind_along_mro(exc, sdk, _ERROR_KINDS) or _ERROR
+        code = getattr(exc, "status_code", None)
+        status = code if isinstance(code, int) else None
+        if status is not None and status < 400:  # an error event inside a 200 stream
+            streamed = _streamed_kind(getattr(exc, "body", None))
+            kind, retryable = streamed or (kind, retryable)
+            status = None
+        message = f"{type(exc).__name__} from {where}: {shown}"
+    elif (entry := transport_kind(exc)) is not None:
+        kind, retryable = entry
+        message = f"{type(exc).__name__} from {where}: {shown}"
     else:
         return None
-    if kind == "error" and status is not None and isinstance(exc, sdk.APIStatusError):
-        if status >= 500 and status != 501:
-            kind, retryable = "server", True
-        elif status == 408:
-            kind, retryable = "timeout", True
-    if (
-        kind in ("bad_request", "error")
-        and status is not None
-        and 400 <= status < 500
-        and _is_context_length(exc)
-    ):
+    if isinstance(exc, sdk.APIStatusError):  # 501 Not Implemented: no server trouble
+        kind, retryable = by_status(kind, retryable, status, not_server=frozenset({501}))
+    if isinstance(exc, sdk.APIError) and too_long(exc, kind, status, _CONTEXT_LENGTH_PHRASES):
         kind, retryable = "context_length", False
     wait = retry_after(getattr(exc, "response", None)) if retryable else None
-    if kind in _HINTS:
-        message += f" ({_HINTS[kind]})"
-    if secret and len(secret) >= 8:
-        message = message.replace(secret, "***")
-    return ModelCallError(message, retryable=retryable, retry_after=wait, kind=kind)
+    return finish(message, kind, retryable, wait, hints=_HINTS, secret=secret)

@@ -11,8 +11,15 @@ HTTP ``code``; the kind follows the code. Retryable:
 
 * ``rate_limit``: 429 (``RESOURCE_EXHAUSTED``), with ``retry_after`` from ``Retry-After`` or,
   as Gemini sends it, the body's ``google.rpc.RetryInfo`` ``retryDelay`` (e.g. ``"20s"``);
-* ``timeout``: the transport's timeout (``httpx.TimeoutException``), and HTTP 408;
-* ``connection``: any other transport failure (refused, reset, dropped mid-response);
+* ``timeout``: the transport's timeout, and HTTP 408;
+* ``connection``: any other transport failure (refused, reset, dropped mid-response), and a
+  stream (``stream=True``) that ended before a chunk with a ``finishReason``.
+
+  The SDK runs on one of two HTTP clients and lets their exceptions through: httpx (or its
+  fork httpx2, as installed with it: ``TimeoutException``, any other ``TransportError``) and,
+  when the ``aiohttp`` package is installed, aiohttp, which it then prefers
+  (``ServerTimeoutError`` and a total timeout's ``TimeoutError``; ``ClientConnectionError``,
+  ``ClientPayloadError``); both are mapped;
 * ``server``: 5xx (``ServerError``), honouring ``Retry-After``;
 * ``conflict``: 409 (``ABORTED``);
 * ``bad_response``: a 200 whose body is not a ``GenerateContentResponse`` (invalid JSON, a wrong
@@ -23,10 +30,16 @@ Not retryable:
 * ``auth``: 401, and Gemini's 400 ``API_KEY_INVALID``; ``permission``: 403;
   ``not_found``: 404 (an unknown model or a wrong base URL);
 * ``context_length``: a 4xx saying the input has more tokens than the model allows;
-* ``bad_request``: any other 400 (``INVALID_ARGUMENT``, ``FAILED_PRECONDITION``) or 422, and a
-  prompt Gemini blocked (``promptFeedback.blockReason``);
+* ``bad_request``: any other 400 (``INVALID_ARGUMENT``, ``FAILED_PRECONDITION``) or 422;
+* ``content_filter``: a prompt Gemini blocked (``promptFeedback.blockReason``), or a candidate
+  that ended for its content policy (``finishReason`` ``SAFETY``, ``RECITATION``,
+  ``BLOCKLIST``, ``PROHIBITED_CONTENT``, ``SPII``, ``IMAGE_SAFETY``, ...): not an empty
+  reply;
 * ``error``: any other ``APIError`` (other 4xx statuses included) and the SDK's errors of
   features this adapter does not use (automatic function calling, interactions).
+
+An error Gemini sends inside a stream (a ``google.rpc.Status`` chunk) is raised by the SDK as
+``APIError`` with its code, and mapped by the code as above.
 
 Exceptions that are neither the SDK's nor its transport's propagate unchanged (the kernel
 counts them non-retryable); ``asyncio.CancelledError`` always propagates.
@@ -34,13 +47,14 @@ counts them non-retryable); ``asyncio.CancelledError`` always propagates.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from types import ModuleType, TracebackType
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType, SimpleNamespace, TracebackType
 from typing import Any, Final, Self
 
 import pydantic
@@ -56,7 +70,23 @@ from ..types import (
     Usage,
     import_extra,
 )
-from ._http import checked_pricing, redact_url, retry_after, seconds
+from ._common import (
+    KIND_BY_STATUS,
+    Relay,
+    bad_response,
+    content_filtered,
+    count,
+    cut_off,
+    describe,
+    drain,
+    finish,
+    kind_along_mro,
+    mentions,
+    name_of,
+    too_long,
+    translating,
+)
+from ._http import checked_pricing, redact_url, retry_after, seconds, transport_kind
 
 __all__ = ["GeminiModel"]
 
@@ -81,17 +111,6 @@ _ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
     "ContinuationInterruptedError": ("error", False),
 }
 
-_BY_CODE: Final[Mapping[int, tuple[str, bool]]] = {
-    400: ("bad_request", False),
-    401: ("auth", False),
-    403: ("permission", False),
-    404: ("not_found", False),
-    408: ("timeout", True),
-    409: ("conflict", True),
-    422: ("bad_request", False),
-    429: ("rate_limit", True),
-}
-
 # How Gemini (and Vertex AI) word "the input does not fit" (lowercase).
 _CONTEXT_LENGTH_PHRASES: Final = (
     "exceeds the maximum number of tokens",
@@ -109,6 +128,21 @@ _HINTS: Final[Mapping[str, str]] = {
     "context_length": "the prompt is longer than the model's context window "
     "(Limits.max_prompt_chars stops a run before this)",
 }
+
+# The finish reasons of a candidate Gemini stopped for its content policy.
+_FILTERED: Final = frozenset(
+    {
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+        "MODEL_ARMOR",
+    }
+)
 
 # Gemini's documented stand-in for a thought signature it did not issue to this process
 # (a call from before a resume, or from another model): it skips the signature check.
@@ -154,10 +188,19 @@ class GeminiModel:
     :class:`~polyloop.RetryPolicy` owns retrying, so every attempt is journaled, counted and
     backed off on PolyLoop's clock.
 
-    Usage: ``input_tokens`` is ``promptTokenCount`` (cached tokens included), ``output_tokens``
-    ``candidatesTokenCount`` plus ``thoughtsTokenCount`` (thinking is billed as output). The
-    cached and reasoning counts and ``modelVersion`` (the model that answered) are not stored
-    yet: the step record has no field for them.
+    Usage: ``input_tokens`` is ``promptTokenCount`` with ``cached_tokens``
+    ``cachedContentTokenCount`` a part of it; ``output_tokens`` ``candidatesTokenCount`` plus
+    ``thoughtsTokenCount`` (Gemini counts the thoughts beside the candidates; thinking is
+    billed as output), with ``reasoning_tokens`` the ``thoughtsTokenCount``. The reply's
+    ``model`` is the ``modelVersion`` that answered.
+
+    Streaming (``stream=True``): one ``complete`` is one
+    ``POST .../models/{model}:streamGenerateContent?alt=sse`` (``generate_content_stream``);
+    text and thought pieces go to ``request.on_delta`` as they arrive, and each function call
+    as one ``tool_call`` piece (the JSON of its arguments: Gemini sends a call whole). The
+    reply is put together from the chunks: the same reply as without streaming (the usage
+    and ``modelVersion`` of the last chunk that has them). A stream that ends before a chunk
+    with a ``finishReason`` is a failed attempt (kind ``connection``), never a partial reply.
 
     The environment is read here, at construction, never on import.
 
@@ -171,13 +214,14 @@ class GeminiModel:
         include_thoughts: ask for thought summaries (False for a model without thinking).
         function_calling_mode: ``"AUTO"``, ``"ANY"`` or ``"NONE"``, sent with the tools; None
             leaves ``toolConfig`` out.
-
+        stream: stream each reply (see above). Off by default.
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
+
     Raises:
         ImportError: ``google-genai`` is not installed (one line naming the extra).
-        ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``,
-            or no API key.
+        ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``/
+            ``stream``, or no API key.
 
     Use ``async with GeminiModel(...) as model:`` or call :meth:`aclose`. ``repr()`` never
     shows the key.
@@ -195,12 +239,15 @@ class GeminiModel:
         include_thoughts: bool = True,
         function_calling_mode: str | None = "AUTO",
         pricing: Pricing | None = None,
+        stream: bool = False,
     ) -> None:
         self.pricing = checked_pricing(pricing, "GeminiModel")
         if not isinstance(model, str) or not model.strip():
             raise ConfigError(
                 f"GeminiModel needs a model name, e.g. 'gemini-2.5-flash'; got {model!r}"
             )
+        if not isinstance(stream, bool):
+            raise ConfigError(f"GeminiModel stream must be True or False, got {stream!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise ConfigError(f"GeminiModel timeout_s must be a number > 0, got {timeout_s!r}")
         if max_tokens is not None and (
@@ -223,11 +270,12 @@ class GeminiModel:
             )
         self._key = key
         types = sdk.types
-        self._http_options = types.HttpOptions(
-            base_url=base_url,
-            timeout=max(1, round(float(timeout_s) * 1000)),
-            retry_options=types.HttpRetryOptions(attempts=1),
-        )
+        options: dict[str, Any] = {
+            "base_url": base_url,
+            "timeout": max(1, round(float(timeout_s) * 1000)),
+            "retry_options": types.HttpRetryOptions(attempts=1),
+        }
+        self._http_options = types.HttpOptions(**options)
         self._config: dict[str, Any] = {"http_options": self._http_options}
         if temperature is not None:
             self._config["temperature"] = temperature
@@ -236,9 +284,19 @@ class GeminiModel:
         if include_thoughts:
             self._config["thinking_config"] = types.ThinkingConfig(include_thoughts=True)
         self._mode = function_calling_mode
+        self._stream = stream
         self._types: ModuleType = types
         self._last_tools: tuple[Sequence[Mapping[str, Any]], dict[str, Any]] | None = None
-        self._client: Any = sdk.Client(api_key=key, vertexai=False, http_options=self._http_options)
+        # The HTTP responses each streaming call opened (by task), closed when it ends: the SDK
+        # leaves a stream's response open when the stream carries an error chunk. Seen through
+        # an httpx response hook; the aiohttp transport has none (it frees them when collected).
+        self._opened: dict[asyncio.Task[Any], list[Any]] = {}
+        hooks = {"event_hooks": {"response": [self._on_response]}}
+        self._client: Any = sdk.Client(
+            api_key=key,
+            vertexai=False,
+            http_options=types.HttpOptions(**options, async_client_args=hooks),
+        )
         self._signatures: OrderedDict[str, bytes] = OrderedDict()
         self._closed = False
 
@@ -255,6 +313,11 @@ class GeminiModel:
         return redact_url(str(url))
 
     @property
+    def stream(self) -> bool:
+        """Whether replies are streamed (see the ``stream`` argument)."""
+        return self._stream
+
+    @property
     def name(self) -> str:
         """``"gemini:MODEL"``: the model string of ``polyloop run --model``, journaled with
         every attempt this model makes."""
@@ -265,13 +328,14 @@ class GeminiModel:
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """One ``generateContent`` call for ``request``.
+        """One ``generateContent`` call for ``request`` (``streamGenerateContent`` when the
+        model was built with ``stream=True``, its pieces passed to ``request.on_delta``).
 
         Returns:
             ``text`` (the non-thought text parts joined), ``reasoning`` (the thought parts
             joined, None when there are none), ``tool_calls`` (``args`` as the mapping
             received), ``call_id`` (the response's ``responseId``), ``usage`` (None when the
-            server reported none).
+            server reported none), ``model`` (the ``modelVersion``).
 
         Raises:
             ModelCallError: the call failed; ``kind`` and ``retryable`` per the module table.
@@ -284,18 +348,40 @@ class GeminiModel:
             config["system_instruction"] = system
         if request.tool_specs:
             config.update(self._tools(request.tool_specs))
-        try:
-            response = await self._client.aio.models.generate_content(
-                model=self._model, contents=contents, config=config
-            )
+        models = self._client.aio.models
+        with translating(self._translate):
+            if self._stream:
+                chunks = _Chunks(self._where(), request.on_delta)
+                task = asyncio.current_task()
+                opened: list[Any] = []
+                if task is not None:
+                    self._opened[task] = opened
+                try:
+                    stream = await models.generate_content_stream(
+                        model=self._model, contents=contents, config=config
+                    )
+                    await drain(stream, chunks.add)
+                finally:
+                    if task is not None:
+                        del self._opened[task]
+                    for http_response in opened:
+                        await http_response.aclose()
+                response = chunks.response()
+            else:
+                response = await models.generate_content(
+                    model=self._model, contents=contents, config=config
+                )
             return self._reply(response)
-        except ModelCallError:
-            raise
-        except Exception as exc:
-            translated = _translate(exc, self._errors, self._where(), secret=self._key)
-            if translated is None:
-                raise
-            raise translated from exc
+
+    def _translate(self, exc: Exception) -> ModelCallError | None:
+        return _translate(exc, self._errors, self._where(), secret=self._key)
+
+    async def _on_response(self, response: Any) -> None:
+        """httpx's response hook: note the response for the streaming call that opened it."""
+        task = asyncio.current_task()
+        opened = self._opened.get(task) if task is not None else None
+        if opened is not None:
+            opened.append(response)
 
     def _where(self) -> str:
         return f"{self.base_url} (model {self._model!r})"
@@ -373,21 +459,18 @@ class GeminiModel:
             feedback = getattr(response, "prompt_feedback", None)
             reason = getattr(feedback, "block_reason", None)
             if reason is not None:
-                raise ModelCallError(
-                    f"{where} blocked the prompt: {getattr(reason, 'value', reason)} "
-                    "(change the prompt; the model will not answer it)",
-                    retryable=False,
-                    kind="bad_request",
+                raise content_filtered(
+                    where, f"it blocked the prompt (blockReason {getattr(reason, 'value', reason)})"
                 )
-            raise _bad_response(
-                where, f"no candidates in the response (responseId {response_id!r})"
-            )
+            raise bad_response(where, f"no candidates in the response (responseId {response_id!r})")
         candidate = candidates[0]
         content = getattr(candidate, "content", None)
         parts = getattr(content, "parts", None) or ()
         finish = getattr(getattr(candidate, "finish_reason", None), "value", None)
+        if finish in _FILTERED:
+            raise content_filtered(where, f"finishReason {finish}")
         if not parts and finish in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
-            raise _bad_response(where, f"the candidate ended {finish}")
+            raise bad_response(where, f"the candidate ended {finish}")
         texts: list[str] = []
         thoughts: list[str] = []
         calls: list[ToolCall] = []
@@ -396,7 +479,7 @@ class GeminiModel:
             if fn is not None:
                 name = getattr(fn, "name", None)
                 if not isinstance(name, str) or not name:
-                    raise _bad_response(where, f"a function call without a name: {fn!r}")
+                    raise bad_response(where, f"a function call without a name: {fn!r}")
                 args = getattr(fn, "args", None)
                 gid = getattr(fn, "id", None)
                 call_id = gid if isinstance(gid, str) and gid else None
@@ -416,6 +499,7 @@ class GeminiModel:
             tool_calls=tuple(calls),
             call_id=response_id if isinstance(response_id, str) and response_id else None,
             usage=_usage(getattr(response, "usage_metadata", None)),
+            model=name_of(getattr(response, "model_version", None)),
         )
 
     def _remember(self, call_id: str, signature: bytes) -> None:
@@ -487,26 +571,81 @@ def _declarations(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # -- replies -----------------------------------------------------------------------------------
 
 
-def _bad_response(where: str, what: str) -> ModelCallError:
-    return ModelCallError(f"bad response from {where}: {what}", retryable=True, kind="bad_response")
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _usage(reported: Any) -> Usage | None:
     if reported is None:
         return None
-    prompt = _count(getattr(reported, "prompt_token_count", None))
-    candidates = _count(getattr(reported, "candidates_token_count", None))
-    thoughts = _count(getattr(reported, "thoughts_token_count", None))
+    prompt = count(getattr(reported, "prompt_token_count", None))
+    candidates = count(getattr(reported, "candidates_token_count", None))
+    thoughts = count(getattr(reported, "thoughts_token_count", None))
     output = (
         None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
     )
     if prompt is None and output is None:
         return None
-    return Usage(prompt, output)
+    cached = count(getattr(reported, "cached_content_token_count", None))
+    return Usage(prompt, output, cached_tokens=cached, reasoning_tokens=thoughts)
+
+
+class _Chunks:
+    """The chunks of one streamed ``generateContent``, put together into the response sent
+    whole: the first candidate's parts in order (each text or thought piece, and each
+    function call, relayed to ``on_delta`` as it arrives), its ``finishReason``, the
+    ``responseId``, and the ``modelVersion`` and usage of the last chunk that has them (a
+    chunk's usage is the running total)."""
+
+    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
+        self.where = where
+        self.relay = Relay(on_delta)
+        self.parts: list[Any] = []
+        self.finish: Any = None
+        self.feedback: Any = None
+        self.usage: Any = None
+        self.model_version: str | None = None
+        self.response_id: str | None = None
+
+    def add(self, chunk: Any) -> None:
+        self.response_id = self.response_id or name_of(getattr(chunk, "response_id", None))
+        self.model_version = name_of(getattr(chunk, "model_version", None)) or self.model_version
+        usage = getattr(chunk, "usage_metadata", None)
+        if usage is not None:
+            self.usage = usage
+        feedback = getattr(chunk, "prompt_feedback", None)
+        if getattr(feedback, "block_reason", None) is not None:
+            self.feedback = feedback
+        candidates = getattr(chunk, "candidates", None) or ()
+        if not candidates:
+            return
+        candidate = candidates[0]
+        for part in getattr(getattr(candidate, "content", None), "parts", None) or ():
+            self.parts.append(part)
+            fn = getattr(part, "function_call", None)
+            if fn is not None:
+                args = getattr(fn, "args", None)
+                self.relay("tool_call", json.dumps(dict(args) if args else {}))
+            elif getattr(part, "thought", None):
+                self.relay("reasoning", getattr(part, "text", None))
+            else:
+                self.relay("text", getattr(part, "text", None))
+        finish_reason = getattr(candidate, "finish_reason", None)
+        if finish_reason is not None:
+            self.finish = finish_reason
+
+    def response(self) -> Any:
+        """The response; a stream with neither a finish reason nor a blocked prompt was cut
+        off."""
+        candidates = []
+        if self.feedback is None:
+            if self.finish is None:
+                raise cut_off(self.where, "a chunk with a finishReason")
+            content = SimpleNamespace(parts=self.parts)
+            candidates.append(SimpleNamespace(content=content, finish_reason=self.finish))
+        return SimpleNamespace(
+            candidates=candidates,
+            prompt_feedback=self.feedback,
+            response_id=self.response_id,
+            model_version=self.model_version,
+            usage_metadata=self.usage,
+        )
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -526,81 +665,38 @@ def _retry_info(details: Any) -> float | None:
     return None
 
 
-def _transport_kind(exc: BaseException) -> tuple[str, bool] | None:
-    """``timeout``/``connection`` for the transport's (httpx's) errors, else None."""
-    for cls in type(exc).__mro__:
-        if cls.__module__.partition(".")[0] not in ("httpx", "httpx2", "httpcore"):
-            continue
-        if cls.__name__ == "TimeoutException":
-            return ("timeout", True)
-        if cls.__name__ == "TransportError":
-            return ("connection", True)
-    return None
-
-
-def _kind_of(exc: BaseException, errors: ModuleType) -> tuple[str, bool] | None:
-    for cls in type(exc).__mro__:
-        entry = _ERROR_KINDS.get(cls.__name__)
-        if entry is not None and getattr(errors, cls.__name__, None) is cls:
-            return entry
-    return None
-
-
-def _body_text(exc: BaseException) -> str:
-    details = getattr(exc, "details", None)
-    try:
-        shown = json.dumps(details, default=str)
-    except (TypeError, ValueError):
-        shown = str(details)
-    return f"{getattr(exc, 'message', None) or ''} {shown}".lower()
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    cause = exc.__cause__ or exc.__context__
-    if _transport_kind(exc) is not None and cause is not None and str(cause):
-        text += f" ({type(cause).__name__}: {cause})"
-    return " ".join(text.split())  # one line
-
-
 def _translate(
     exc: Exception, errors: ModuleType, where: str, *, secret: str | None = None
 ) -> ModelCallError | None:
     """The ``ModelCallError`` for an exception the SDK or its transport raised; None if it is
     neither's. ``secret`` (the API key) is masked in the message: the message is journaled."""
-    entry = _kind_of(exc, errors)
-    if entry is None:
-        entry = _transport_kind(exc)
+    shown = describe(exc, with_cause=transport_kind(exc) is not None)
+    entry = kind_along_mro(exc, errors, _ERROR_KINDS) or transport_kind(exc)
     if entry is None and isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
         entry = ("bad_response", True)
     if entry is None:
         return None
     kind, retryable = entry
     if kind == "bad_response":
-        message = f"bad response from {where}: {type(exc).__name__}: {_describe(exc)}"
+        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
     else:
-        message = f"{type(exc).__name__} from {where}: {_describe(exc)}"
+        message = f"{type(exc).__name__} from {where}: {shown}"
     code = getattr(exc, "code", None)
     if isinstance(exc, errors.APIError) and isinstance(code, int):
-        if code in _BY_CODE:
-            kind, retryable = _BY_CODE[code]
+        if code in KIND_BY_STATUS:
+            kind, retryable = KIND_BY_STATUS[code]
         elif code >= 500:
             kind, retryable = "server", True
         elif 400 <= code < 500:
             kind, retryable = "error", False
-        if kind == "bad_request" and "api_key_invalid" in _body_text(exc):
+        details = getattr(exc, "details", None)
+        if kind == "bad_request" and mentions(exc, ("api_key_invalid",), details):
             kind = "auth"
-        elif kind in ("bad_request", "error") and 400 <= code < 500:
-            body = _body_text(exc)
-            if any(phrase in body for phrase in _CONTEXT_LENGTH_PHRASES):
-                kind = "context_length"
+        elif too_long(exc, kind, code, _CONTEXT_LENGTH_PHRASES, details):
+            kind = "context_length"
     wait = None
     if retryable:
         wait = retry_after(getattr(exc, "response", None))
         if wait is None:
             wait = _retry_info(getattr(exc, "details", None))
-    if kind in _HINTS:
-        message += f" ({_HINTS[kind]})"
-    if secret and len(secret) >= 8:
-        message = message.replace(secret, "***")
-    return ModelCallError(message, retryable=retryable, retry_after=wait, kind=kind)
+    return finish(message, kind, retryable, wait, hints=_HINTS, secret=secret)

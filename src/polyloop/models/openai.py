@@ -17,6 +17,15 @@ Every SDK failure is translated here, once, into :class:`~polyloop.ModelCallErro
 * ``bad_response``: a 200 whose body is not a chat completion (invalid JSON, which the SDK
   raises as a bare ``JSONDecodeError``; a wrong shape; ``APIResponseValidationError``).
 
+With ``stream=True`` a stream that breaks off (the connection dropped, or the server ended it
+before any chunk had a ``finish_reason``) is ``connection``, retryable: the attempt failed,
+and what arrived of it is no reply. An error the server sends inside the stream
+(``data: {"error": {...}}``, which the SDK raises as a bare ``APIError``) is kind by its
+``code`` (an HTTP status, as vLLM sends it) or its ``type``/``code`` string
+(``server_error`` is ``server``, ``rate_limit_exceeded`` ``rate_limit``,
+``context_length_exceeded`` ``context_length``, ...), as the same error sent as a response
+would be.
+
 Not retryable:
 
 * ``auth``: ``AuthenticationError`` (401); ``permission``: ``PermissionDeniedError`` (403);
@@ -24,6 +33,8 @@ Not retryable:
 * ``context_length``: a 4xx whose code or message says the prompt does not fit the model's
   context window (OpenAI's ``context_length_exceeded``, vLLM's, llama.cpp's, Ollama's wording);
 * ``bad_request``: any other ``BadRequestError`` (400) or ``UnprocessableEntityError`` (422);
+* ``content_filter``: a reply whose ``finish_reason`` is ``content_filter`` (the provider's
+  filter withheld or cut it; Azure OpenAI sends it);
 * ``error``: any other ``openai.OpenAIError``, other 4xx statuses included.
 
 A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
@@ -36,7 +47,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -52,6 +63,22 @@ from ..types import (
     ToolCall,
     Usage,
     import_extra,
+)
+from ._common import (
+    KIND_BY_STATUS,
+    Relay,
+    bad_response,
+    by_status,
+    content_filtered,
+    count,
+    cut_off,
+    describe,
+    drain,
+    finish,
+    kind_along_mro,
+    name_of,
+    too_long,
+    translating,
 )
 from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder, checked_pricing
 from ._http import redact_url as _redact_url
@@ -81,7 +108,7 @@ _ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
     "OAuthError": ("auth", False),
     "PermissionDeniedError": ("permission", False),
     "NotFoundError": ("not_found", False),
-    "BadRequestError": ("bad_request", False),  # or context_length, see _is_context_length
+    "BadRequestError": ("bad_request", False),  # or context_length, see _translate
     "UnprocessableEntityError": ("bad_request", False),
     "APIStatusError": ("error", False),  # other statuses: 5xx -> server, 408 -> timeout
     "APIError": ("error", False),
@@ -92,6 +119,24 @@ _ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
     "WebSocketConnectionClosedError": ("error", False),
     "WebSocketQueueFullError": ("error", False),
     "OpenAIError": ("error", False),
+}
+
+# The kind of an error sent inside a stream, which has no HTTP status: by its HTTP status when
+# its code is one (vLLM), else by its code or type string (OpenAI's).
+_BY_CODE: Final[Mapping[str, tuple[str, bool]]] = {
+    "server_error": ("server", True),
+    "internal_error": ("server", True),
+    "internal_server_error": ("server", True),
+    "service_unavailable": ("server", True),
+    "rate_limit_exceeded": ("rate_limit", True),
+    "requests": ("rate_limit", True),
+    "tokens": ("rate_limit", True),
+    "invalid_api_key": ("auth", False),
+    "authentication_error": ("auth", False),
+    "permission_error": ("permission", False),
+    "model_not_found": ("not_found", False),
+    "context_length_exceeded": ("context_length", False),
+    "invalid_request_error": ("bad_request", False),
 }
 
 # How OpenAI, vLLM, llama.cpp, Ollama and LiteLLM word "the prompt does not fit" (lowercase).
@@ -158,13 +203,19 @@ class OpenAIModel:
         extra_body: extra JSON fields merged into every request body.
         tool_choice: sent with the tools (``"auto"``, ``"required"``, or a function choice);
             None leaves it out.
-
+        stream: stream each reply (``stream=true`` with ``stream_options.include_usage``)
+            and pass its pieces to ``request.on_delta`` as they arrive (text, reasoning, tool
+            call arguments: the kernel makes each a ``ModelDelta`` event). ``complete`` still
+            returns the one complete reply, the same as without streaming; a stream cut off
+            mid-way is a failed attempt (kind ``connection``), never a partial reply. Off by
+            default.
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
+
     Raises:
         ImportError: the ``openai`` package is not installed (one line naming the extra).
-        ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``,
-            or no API key for a base URL that is not on this machine.
+        ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``/
+            ``stream``, or no API key for a base URL that is not on this machine.
         TypeError: ``client`` together with ``base_url`` or ``api_key``.
 
     Use ``async with OpenAIModel(...) as model:`` or call :meth:`aclose` to close the client
@@ -186,10 +237,13 @@ class OpenAIModel:
         extra_body: Mapping[str, Any] | None = None,
         tool_choice: str | Mapping[str, Any] | None = "auto",
         pricing: Pricing | None = None,
+        stream: bool = False,
     ) -> None:
         self.pricing = checked_pricing(pricing, type(self).__name__)
         if not isinstance(model, str) or not model.strip():
             raise ConfigError(f"OpenAIModel needs a model name, e.g. 'gpt-4o-mini'; got {model!r}")
+        if not isinstance(stream, bool):
+            raise ConfigError(f"OpenAIModel stream must be True or False, got {stream!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise ConfigError(f"OpenAIModel timeout_s must be a number > 0, got {timeout_s!r}")
         if max_tokens is not None and (
@@ -206,6 +260,7 @@ class OpenAIModel:
         self._timeout_s = float(timeout_s)
         self._extra_body = dict(extra_body) if extra_body else None
         self._tool_choice = tool_choice
+        self._stream = stream
         self._closed = False
         self._client: AsyncOpenAI
         if client is not None:
@@ -241,6 +296,11 @@ class OpenAIModel:
         return self._client
 
     @property
+    def stream(self) -> bool:
+        """Whether replies are streamed (see the ``stream`` argument)."""
+        return self._stream
+
+    @property
     def name(self) -> str:
         """``"openai:MODEL"`` (``"openai-responses:MODEL"`` for the Responses API): the model
         string of ``polyloop run --model``, journaled with every attempt this model makes."""
@@ -251,32 +311,43 @@ class OpenAIModel:
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """One chat completion for ``request``.
+        """One chat completion for ``request``, streamed when the model was built with
+        ``stream=True`` (its pieces passed to ``request.on_delta``).
 
         Returns:
             ``text`` (``message.content``, "" when null), ``reasoning`` (the message's
             ``reasoning_content`` or ``reasoning`` field when the server sends one),
             ``tool_calls`` (arguments kept as the exact string received), ``call_id`` (the
-            response's ``id``), ``usage`` (None when the server reported none).
+            response's ``id``), ``usage`` (``prompt_tokens``, ``completion_tokens``, and their
+            details' ``cached_tokens`` and ``reasoning_tokens``; None when the server reported
+            none), ``model`` (the response's ``model``). A streamed reply is the same one.
 
         Raises:
             ModelCallError: the call failed; ``kind`` and ``retryable`` per the module table.
 
         Nothing is retried here; a failed call may have been processed (and billed) by the
         provider or not, and there is no way to know which. It has no other side effect.
+        The pieces of a streamed attempt already passed to ``on_delta`` before it failed
+        belong to no reply.
         """
         client: Any = self._client
-        try:
-            response = await client.chat.completions.create(**self._body(request))
-        except Exception as exc:
-            key = getattr(self._client, "api_key", None)
-            translated = _translate(
-                exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
-            )
-            if translated is None:
-                raise
-            raise translated from exc
+        body = self._body(request)
+        with translating(self._translate):
+            if self._stream:
+                chunks = _Chunks(self._where(), request.on_delta)
+                stream = await client.chat.completions.create(
+                    **body, stream=True, stream_options={"include_usage": True}
+                )
+                await drain(stream, chunks.add)
+                return chunks.reply()
+            response = await client.chat.completions.create(**body)
         return _reply(response, self._where())
+
+    def _translate(self, exc: Exception) -> ModelCallError | None:
+        key = getattr(self._client, "api_key", None)
+        return _translate(
+            exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
+        )
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -334,20 +405,14 @@ def _wire_messages(messages: Sequence[Message]) -> list[Message]:
 # -- replies -----------------------------------------------------------------------------------
 
 
-def _bad_response(where: str, what: str) -> ModelCallError:
-    return ModelCallError(f"bad response from {where}: {what}", retryable=True, kind="bad_response")
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _reasoning(message: Any) -> str | None:
-    extra = getattr(message, "model_extra", None) or {}
+def _reasoning_of(delta: Any) -> tuple[str, str] | None:
+    """``(field, text)`` of a message's (or a chunk's delta's) reasoning: the
+    ``reasoning_content`` or ``reasoning`` field servers add (DeepSeek, vLLM, Ollama)."""
+    extra = getattr(delta, "model_extra", None) or {}
     for key in ("reasoning_content", "reasoning"):
-        value = extra.get(key) if key in extra else getattr(message, key, None)
+        value = extra.get(key) if key in extra else getattr(delta, key, None)
         if isinstance(value, str) and value:
-            return value
+            return key, value
     return None
 
 
@@ -359,13 +424,41 @@ def _tool_call(raw: Any, where: str) -> ToolCall:
         custom = getattr(raw, "custom", None)
         name, arguments = getattr(custom, "name", None), getattr(custom, "input", None)
     if not isinstance(name, str):
-        raise _bad_response(where, f"a tool call without a function name: {raw!r}")
+        raise bad_response(where, f"a tool call without a function name: {raw!r}")
     if arguments is None:
         arguments = ""
     elif not isinstance(arguments, str | Mapping):
-        raise _bad_response(where, f"tool call {name!r} has arguments of type {type(arguments)}")
+        raise bad_response(where, f"tool call {name!r} has arguments of type {type(arguments)}")
     call_id = getattr(raw, "id", None)
     return ToolCall(name, arguments, call_id if isinstance(call_id, str) and call_id else None)
+
+
+def _usage(
+    reported: Any, input: str = "prompt_tokens", output: str = "completion_tokens"
+) -> Usage | None:
+    """``Usage`` of a usage object whose counts are ``input`` and ``output``, with the
+    ``cached_tokens`` of ``{input}_details`` and the ``reasoning_tokens`` of
+    ``{output}_details`` (the chat API's names by default; the Responses API's are
+    ``input_tokens``/``output_tokens``); None when neither count is reported."""
+    if reported is None:
+        return None
+    prompt = count(getattr(reported, input, None))
+    completion = count(getattr(reported, output, None))
+    if prompt is None and completion is None:
+        return None
+    prompt_details = getattr(reported, f"{input}_details", None)
+    completion_details = getattr(reported, f"{output}_details", None)
+    return Usage(
+        prompt,
+        completion,
+        cached_tokens=count(getattr(prompt_details, "cached_tokens", None)),
+        reasoning_tokens=count(getattr(completion_details, "reasoning_tokens", None)),
+    )
+
+
+def _filtered(finish_reason: object, where: str) -> None:
+    if finish_reason == "content_filter":
+        raise content_filtered(where, "finish_reason content_filter")
 
 
 def _reply(response: Any, where: str) -> ModelReply:
@@ -376,64 +469,127 @@ def _reply(response: Any, where: str) -> ModelReply:
     if not isinstance(choices, list) or not choices:
         shown = repr(response)
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise _bad_response(where, f"no choices in the response: {shown}")
+        raise bad_response(where, f"no choices in the response: {shown}")
     message = getattr(choices[0], "message", None)
     if message is None:
-        raise _bad_response(where, "the first choice has no message")
+        raise bad_response(where, "the first choice has no message")
+    _filtered(getattr(choices[0], "finish_reason", None), where)
     text = getattr(message, "content", None)
     if text is None:
         text = ""
     elif not isinstance(text, str):
-        raise _bad_response(where, f"message content of type {type(text).__name__}")
+        raise bad_response(where, f"message content of type {type(text).__name__}")
     calls = tuple(_tool_call(raw, where) for raw in getattr(message, "tool_calls", None) or ())
-    response_id = getattr(response, "id", None)
-    usage = None
-    reported = getattr(response, "usage", None)
-    if reported is not None:
-        prompt = _count(getattr(reported, "prompt_tokens", None))
-        completion = _count(getattr(reported, "completion_tokens", None))
-        if prompt is not None or completion is not None:
-            usage = Usage(prompt, completion)
+    reasoning = _reasoning_of(message)
     return ModelReply(
         text=text,
-        reasoning=_reasoning(message),
+        reasoning=reasoning[1] if reasoning else None,
         tool_calls=calls,
-        call_id=response_id if isinstance(response_id, str) and response_id else None,
-        usage=usage,
+        call_id=name_of(getattr(response, "id", None)),
+        usage=_usage(getattr(response, "usage", None)),
+        model=name_of(getattr(response, "model", None)),
     )
+
+
+class _Chunks:
+    """The chunks of one streamed chat completion, put together into the reply the same
+    completion sent whole gives: the first choice's text, reasoning (one field, the first the
+    server streams) and tool calls (by ``index``: the id and name of its first chunk, the
+    arguments of all of them concatenated), the response's id and model, the usage of the
+    last chunk that has one. Each piece is relayed to ``on_delta`` as it is added."""
+
+    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
+        self.where = where
+        self.relay = Relay(on_delta)
+        self.id: str | None = None
+        self.model: str | None = None
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+        self.text: list[str] = []
+        self.reasoning_field: str | None = None
+        self.reasoning: list[str] = []
+        self.calls: dict[int, tuple[list[str | None], list[str]]] = {}
+
+    def add(self, chunk: Any) -> None:
+        choices = getattr(chunk, "choices", None)
+        if not isinstance(choices, list):
+            raise bad_response(self.where, f"a stream chunk without choices: {chunk!r:.200}")
+        self.id = self.id or name_of(getattr(chunk, "id", None))
+        self.model = self.model or name_of(getattr(chunk, "model", None))
+        usage = _usage(getattr(chunk, "usage", None))
+        if usage is not None:
+            self.usage = usage
+        for choice in choices:
+            if getattr(choice, "index", 0) != 0:
+                continue  # only the first choice is the reply (n is never sent)
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                self._delta(delta)
+            finish_reason = getattr(choice, "finish_reason", None)
+            if isinstance(finish_reason, str) and finish_reason:
+                self.finish = finish_reason
+
+    def _delta(self, delta: Any) -> None:
+        content = getattr(delta, "content", None)
+        if isinstance(content, str) and content:
+            self.text.append(content)
+            self.relay("text", content)
+        reasoning = _reasoning_of(delta)
+        if reasoning is not None and self.reasoning_field in (None, reasoning[0]):
+            self.reasoning_field = reasoning[0]
+            self.reasoning.append(reasoning[1])
+            self.relay("reasoning", reasoning[1])
+        for raw in getattr(delta, "tool_calls", None) or ():
+            index = getattr(raw, "index", None)
+            if not isinstance(index, int):
+                raise bad_response(self.where, f"a streamed tool call without an index: {raw!r}")
+            head, arguments = self.calls.setdefault(index, ([None, None], []))
+            fn = getattr(raw, "function", None)
+            head[0] = head[0] or name_of(getattr(raw, "id", None))
+            head[1] = head[1] or name_of(getattr(fn, "name", None))
+            piece = getattr(fn, "arguments", None)
+            if isinstance(piece, str) and piece:
+                arguments.append(piece)
+                self.relay("tool_call", piece)
+
+    def reply(self) -> ModelReply:
+        """The reply; a stream that never gave a ``finish_reason`` was cut off."""
+        if self.finish is None:
+            raise cut_off(self.where, "a chunk with a finish_reason")
+        _filtered(self.finish, self.where)
+        calls = []
+        for index in sorted(self.calls):
+            (call_id, name), arguments = self.calls[index]
+            if name is None:
+                raise bad_response(self.where, f"streamed tool call {index} has no name")
+            calls.append(ToolCall(name, "".join(arguments), call_id))
+        return ModelReply(
+            text="".join(self.text),
+            reasoning="".join(self.reasoning) or None,
+            tool_calls=tuple(calls),
+            call_id=self.id,
+            usage=self.usage,
+            model=self.model,
+        )
 
 
 # -- errors ------------------------------------------------------------------------------------
 
 
-def _kind_of(exc: BaseException, sdk: ModuleType) -> tuple[str, bool]:
-    for cls in type(exc).__mro__:
-        entry = _ERROR_KINDS.get(cls.__name__)
-        if entry is not None and getattr(sdk, cls.__name__, None) is cls:
-            return entry
-    return ("error", False)
+_ERROR: Final = ("error", False)
 
 
-def _is_context_length(exc: BaseException) -> bool:
-    body = getattr(exc, "body", None)
-    parts = [str(getattr(exc, "code", None)), getattr(exc, "message", None) or str(exc)]
-    if isinstance(body, str):
-        parts.append(body)
-    elif body is not None:
-        try:
-            parts.append(json.dumps(body, default=str))
-        except (TypeError, ValueError):
-            parts.append(str(body))
-    text = " ".join(parts).lower()
-    return any(phrase in text for phrase in _CONTEXT_LENGTH_PHRASES)
-
-
-def _describe(exc: BaseException, sdk: ModuleType) -> str:
-    text = str(exc) or type(exc).__name__
-    cause = exc.__cause__
-    if isinstance(exc, sdk.APIConnectionError) and cause is not None and str(cause):
-        text += f" ({type(cause).__name__}: {cause})"
-    return " ".join(text.split())  # one line
+def _streamed_kind(body: object) -> tuple[int | None, str, bool] | None:
+    """``(status, kind, retryable)`` of an error sent inside a stream (``body`` is its
+    ``error`` object), or None when nothing in it says."""
+    error = body if isinstance(body, Mapping) else {}
+    code, kind = error.get("code"), error.get("type")
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+        return (code, *(KIND_BY_STATUS.get(code) or (("server", True) if code >= 500 else _ERROR)))
+    for key in (code, kind):
+        if isinstance(key, str) and key in _BY_CODE:
+            return (None, *_BY_CODE[key])
+    return None
 
 
 def _translate(
@@ -442,33 +598,27 @@ def _translate(
     """The ``ModelCallError`` for an exception the SDK raised; None if it is not the SDK's.
     ``secret`` (the API key) is masked in the message: some proxies echo the key they refused,
     and the message is journaled."""
+    shown = describe(exc, with_cause=isinstance(exc, sdk.APIConnectionError))
+    status: int | None = None
     if isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
         # The SDK decodes a 200 body outside its own error handling: a truncated or invalid
         # JSON body arrives as a bare JSONDecodeError.
-        kind, retryable, status = "bad_response", True, None
-        message = f"bad response from {where}: {type(exc).__name__}: {_describe(exc, sdk)}"
+        kind, retryable = "bad_response", True
+        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
     elif isinstance(exc, sdk.OpenAIError):
-        kind, retryable = _kind_of(exc, sdk)
-        status = getattr(exc, "status_code", None)
-        status = status if isinstance(status, int) else None
-        message = f"{type(exc).__name__} from {where}: {_describe(exc, sdk)}"
+        kind, retryable = kind_along_mro(exc, sdk, _ERROR_KINDS) or _ERROR
+        code = getattr(exc, "status_code", None)
+        status = code if isinstance(code, int) else None
+        streamed = _streamed_kind(getattr(exc, "body", None)) if type(exc) is sdk.APIError else None
+        if streamed is not None:
+            status, kind, retryable = streamed  # an error sent inside a stream
+        message = f"{type(exc).__name__} from {where}: {shown}"
     else:
         return None
-    if kind == "error" and status is not None and isinstance(exc, sdk.APIStatusError):
-        if status >= 500:
-            kind, retryable = "server", True
-        elif status == 408:
-            kind, retryable = "timeout", True
-    if (
-        kind in ("bad_request", "error")
-        and status is not None
-        and 400 <= status < 500
-        and _is_context_length(exc)
-    ):
+    if isinstance(exc, sdk.APIStatusError):
+        kind, retryable = by_status(kind, retryable, status)
+    code = getattr(exc, "code", None)
+    if isinstance(exc, sdk.APIError) and too_long(exc, kind, status, _CONTEXT_LENGTH_PHRASES, code):
         kind, retryable = "context_length", False
-    retry_after = _retry_after(getattr(exc, "response", None)) if retryable else None
-    if kind in _HINTS:
-        message += f" ({_HINTS[kind]})"
-    if secret and len(secret) >= 8:
-        message = message.replace(secret, "***")
-    return ModelCallError(message, retryable=retryable, retry_after=retry_after, kind=kind)
+    wait = _retry_after(getattr(exc, "response", None)) if retryable else None
+    return finish(message, kind, retryable, wait, hints=_HINTS, secret=secret)

@@ -9,18 +9,37 @@ and configured the same way: ``base_url``/``OPENAI_BASE_URL``, ``api_key``/``OPE
 Errors are translated by the chat adapter's mapping (the SDK raises the same exception
 classes for both APIs): the same ``kind`` per status, ``retry_after`` from ``retry-after-ms`` /
 ``Retry-After``. In addition, a 200 response whose ``status`` is ``failed`` is
-``ModelCallError(kind="server", retryable=True)``, and a conversation that cannot be converted
-to Responses input items is ``kind="bad_request"`` (not retryable) before any request is sent.
+``ModelCallError(kind="server", retryable=True)``, one ``incomplete`` for its content filter
+(``incomplete_details.reason`` ``content_filter``) is ``kind="content_filter"`` (not
+retryable), and a conversation that cannot be converted to Responses input items is
+``kind="bad_request"`` (not retryable) before any request is sent.
+
+With ``stream=True`` the response is streamed (its text, reasoning summary and function-call
+argument deltas passed to ``request.on_delta``) and the reply is read from the stream's last
+event (``response.completed``, ``response.incomplete`` or ``response.failed``), which holds the
+whole response: the same reply as without streaming. A stream that ends without one is a
+failed attempt (``connection``, retryable); an ``error`` event is kind by its ``code``, as
+the chat adapter maps an error sent inside a stream.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ..types import ConfigError, Message, ModelCallError, ModelReply, ModelRequest, ToolCall, Usage
-from .openai import OpenAIModel, _bad_response, _count, _translate
+from ..types import ConfigError, Message, ModelCallError, ModelReply, ModelRequest, ToolCall
+from ._common import (
+    Relay,
+    bad_response,
+    content_filtered,
+    cut_off,
+    drain,
+    name_of,
+    translating,
+    unconvertible,
+)
+from .openai import OpenAIModel, _usage
 
 __all__ = ["OpenAIResponsesModel"]
 
@@ -63,7 +82,8 @@ class OpenAIResponsesModel(OpenAIModel):
         max_tokens: sent as ``max_output_tokens`` (it counts reasoning tokens too).
         store: sent as ``store``; default False (see above).
         The other arguments are :class:`~polyloop.models.openai.OpenAIModel`'s; ``extra_body``
-        is merged into every request body.
+        is merged into every request body, ``stream=True`` streams the response (see the
+        module docstring).
     """
 
     _PROVIDER = "openai-responses"
@@ -99,7 +119,8 @@ class OpenAIResponsesModel(OpenAIModel):
         self._store = store
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """One response for ``request``.
+        """One response for ``request``, streamed when the model was built with
+        ``stream=True`` (its deltas passed to ``request.on_delta``).
 
         Returns:
             ``text`` (the ``output_text`` parts of the ``message`` items, joined with "\\n"
@@ -107,30 +128,31 @@ class OpenAIResponsesModel(OpenAIModel):
             ``summary_text`` parts of the ``reasoning`` items, joined with blank lines; None
             when there are none), ``tool_calls`` (the ``function_call`` items, ``call_id`` as
             the call's id, arguments as the exact string received), ``call_id`` (the
-            response's ``id``), ``usage`` (``input_tokens``, ``output_tokens``; the reasoning
-            tokens are part of ``output_tokens``, as OpenAI bills them; None when not
-            reported). A response cut short (``status="incomplete"``, e.g. at
-            ``max_output_tokens``) returns what it holds.
+            response's ``id``), ``usage`` (``input_tokens`` with its details'
+            ``cached_tokens``, ``output_tokens`` with its details' ``reasoning_tokens``, a
+            part of them, as OpenAI bills them; None when not reported), ``model`` (the
+            response's ``model``). A response cut short (``status="incomplete"``, e.g. at
+            ``max_output_tokens``) returns what it holds, unless its content filter cut it.
 
         Raises:
             ModelCallError: the call failed; ``kind`` and ``retryable`` as for ``OpenAIModel``,
-                plus ``server`` for a response with ``status="failed"`` and ``bad_request``
-                for a conversation that cannot be converted.
+                plus ``server`` for a response with ``status="failed"``, ``content_filter``
+                for one its content filter cut, and ``bad_request`` for a conversation that
+                cannot be converted.
 
         Nothing is retried here; a failed call may have been processed (and billed) or not.
         """
         body = self._responses_body(request)
         client: Any = self._client
-        try:
-            response = await client.responses.create(**body)
-        except Exception as exc:
-            key = getattr(self._client, "api_key", None)
-            translated = _translate(
-                exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
-            )
-            if translated is None:
-                raise
-            raise translated from exc
+        with translating(self._translate):
+            if self._stream:
+                stream = await client.responses.create(**body, stream=True)
+                http_request = getattr(getattr(stream, "response", None), "request", None)
+                events = _Events(self._where(), request.on_delta, self._sdk.APIError, http_request)
+                await drain(stream, events.add)
+                response = events.response()
+            else:
+                response = await client.responses.create(**body)
         return _reply(response, self._where())
 
     def _responses_body(self, request: ModelRequest) -> dict[str, Any]:
@@ -160,15 +182,6 @@ class OpenAIResponsesModel(OpenAIModel):
 # -- requests ----------------------------------------------------------------------------------
 
 
-def _unconvertible(where: str, what: str) -> ModelCallError:
-    return ModelCallError(
-        f"cannot send the conversation to {where}: {what} "
-        "(the context must hold OpenAI-format chat messages)",
-        retryable=False,
-        kind="bad_request",
-    )
-
-
 def _wire_tool(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A chat-format function spec as a Responses function tool; a spec already in the
     Responses shape (``name`` at the top level) or of another type is sent as given."""
@@ -176,7 +189,7 @@ def _wire_tool(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         return dict(spec)
     fn = spec.get("function")
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise _unconvertible(where, f"a tool spec without a function name: {spec!r}")
+        raise unconvertible(where, f"a tool spec without a function name: {spec!r}")
     tool: dict[str, Any] = {
         "type": "function",
         "name": fn["name"],
@@ -202,7 +215,7 @@ def _content(content: Any, role: str, where: str) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if not isinstance(content, Sequence):
-        raise _unconvertible(where, f"a {role} message with content of type {type(content)}")
+        raise unconvertible(where, f"a {role} message with content of type {type(content)}")
     text_type = "output_text" if role == "assistant" else "input_text"
     parts: list[dict[str, Any]] = []
     for part in content:
@@ -213,7 +226,7 @@ def _content(content: Any, role: str, where: str) -> str | list[dict[str, Any]]:
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, Mapping) else image
             if not isinstance(url, str):
-                raise _unconvertible(where, f"an image part without a url: {part!r}")
+                raise unconvertible(where, f"an image part without a url: {part!r}")
             wire: dict[str, Any] = {"type": "input_image", "image_url": url}
             if isinstance(image, Mapping) and image.get("detail"):
                 wire["detail"] = image["detail"]
@@ -225,7 +238,7 @@ def _content(content: Any, role: str, where: str) -> str | list[dict[str, Any]]:
         ):
             parts.append(dict(part))  # already a Responses content part
         else:
-            raise _unconvertible(where, f"a {role} content part it cannot convert: {part!r}")
+            raise unconvertible(where, f"a {role} content part it cannot convert: {part!r}")
     return parts
 
 
@@ -237,7 +250,7 @@ def _input_items(messages: Sequence[Message], where: str) -> list[dict[str, Any]
         if role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
-                raise _unconvertible(where, "a tool message without a tool_call_id")
+                raise unconvertible(where, "a tool message without a tool_call_id")
             output = message.get("content")
             if not isinstance(output, str):
                 output = "" if output is None else json.dumps(output, default=str)
@@ -253,7 +266,7 @@ def _input_items(messages: Sequence[Message], where: str) -> list[dict[str, Any]
             for call in calls:
                 items.append(_function_call_item(call, where))
         else:
-            raise _unconvertible(where, f"a message with role {role!r}")
+            raise unconvertible(where, f"a message with role {role!r}")
     return items
 
 
@@ -261,9 +274,9 @@ def _function_call_item(call: Any, where: str) -> dict[str, Any]:
     fn = call.get("function") if isinstance(call, Mapping) else None
     call_id = call.get("id") if isinstance(call, Mapping) else None
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise _unconvertible(where, f"an assistant tool call without a function name: {call!r}")
+        raise unconvertible(where, f"an assistant tool call without a function name: {call!r}")
     if not isinstance(call_id, str) or not call_id:
-        raise _unconvertible(where, f"an assistant tool call without an id: {call!r}")
+        raise unconvertible(where, f"an assistant tool call without an id: {call!r}")
     arguments = fn.get("arguments")
     if arguments is None:
         arguments = ""
@@ -282,8 +295,12 @@ def _reply(response: Any, where: str) -> ModelReply:
     if not isinstance(output, list):
         shown = repr(response)
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise _bad_response(where, f"no output list in the response: {shown}")
-    if getattr(response, "status", None) == "failed":
+        raise bad_response(where, f"no output list in the response: {shown}")
+    status = getattr(response, "status", None)
+    reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
+    if status == "incomplete" and reason == "content_filter":
+        raise content_filtered(where, "status incomplete, reason content_filter")
+    if status == "failed":
         error = getattr(response, "error", None)
         code, text = getattr(error, "code", None), getattr(error, "message", None)
         raise ModelCallError(
@@ -303,7 +320,7 @@ def _reply(response: Any, where: str) -> ModelReply:
                 if getattr(part, "type", None) in ("output_text", "refusal")
             ]
             if any(not isinstance(p, str) for p in parts):
-                raise _bad_response(where, f"a message item with non-text content: {item!r}")
+                raise bad_response(where, f"a message item with non-text content: {item!r}")
             texts.append("".join(parts))
         elif kind == "reasoning":
             for part in getattr(item, "summary", None) or ():
@@ -313,24 +330,64 @@ def _reply(response: Any, where: str) -> ModelReply:
         elif kind == "function_call":
             name, arguments = getattr(item, "name", None), getattr(item, "arguments", None)
             if not isinstance(name, str) or not isinstance(arguments, str | None):
-                raise _bad_response(where, f"a function_call item without a name: {item!r}")
+                raise bad_response(where, f"a function_call item without a name: {item!r}")
             call_id = getattr(item, "call_id", None)
             calls.append(
                 ToolCall(name, arguments or "", call_id if isinstance(call_id, str) else None)
             )
         # other items (web search, file search, ...) come only from tools PolyLoop never sends
-    usage = None
-    reported = getattr(response, "usage", None)
-    if reported is not None:
-        prompt = _count(getattr(reported, "input_tokens", None))
-        completion = _count(getattr(reported, "output_tokens", None))
-        if prompt is not None or completion is not None:
-            usage = Usage(prompt, completion)
-    response_id = getattr(response, "id", None)
     return ModelReply(
         text="\n".join(t for t in texts if t),
         reasoning="\n\n".join(summaries) or None,
         tool_calls=tuple(calls),
-        call_id=response_id if isinstance(response_id, str) and response_id else None,
-        usage=usage,
+        call_id=name_of(getattr(response, "id", None)),
+        usage=_usage(getattr(response, "usage", None), "input_tokens", "output_tokens"),
+        model=name_of(getattr(response, "model", None)),
     )
+
+
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class _Events:
+    """The events of one streamed response: deltas relayed to ``on_delta`` as they arrive
+    (text per message item, "\\n" between items; reasoning per summary part, a blank line
+    between parts; function-call arguments), the whole response kept from the last event. An
+    ``error`` event is raised as the SDK's ``APIError`` with the event as its body, for the
+    chat adapter's mapping (``error_class`` and ``http_request`` are the SDK's)."""
+
+    def __init__(
+        self,
+        where: str,
+        on_delta: Callable[[str, str], None] | None,
+        error_class: Callable[..., Exception],
+        http_request: Any,
+    ) -> None:
+        self.where = where
+        self.relay = Relay(on_delta)
+        self.error_class = error_class
+        self.http_request = http_request
+        self.final: Any = None
+
+    def add(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        delta = getattr(event, "delta", None)
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            self.relay("text", delta, getattr(event, "item_id", None), "\n")
+        elif kind == "response.reasoning_summary_text.delta":
+            part = (getattr(event, "item_id", None), getattr(event, "summary_index", None))
+            self.relay("reasoning", delta, part, "\n\n")
+        elif kind == "response.function_call_arguments.delta":
+            self.relay("tool_call", delta)
+        elif kind in _TERMINAL:
+            self.final = getattr(event, "response", None)
+        elif kind == "error":
+            message = getattr(event, "message", None) or "an error event in the stream"
+            body = {"type": kind, "code": getattr(event, "code", None), "message": message}
+            raise self.error_class(message, self.http_request, body=body)
+
+    def response(self) -> Any:
+        """The response of the last event; a stream that had none was cut off."""
+        if self.final is None:
+            raise cut_off(self.where, "its response.completed event")
+        return self.final
