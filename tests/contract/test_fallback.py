@@ -277,3 +277,27 @@ async def test_a_failure_before_any_delta_falls_back_even_with_observers() -> No
         FallbackModel(primary, backup), RecordingJournal(), observers=[events.append]
     ).run("go")
     assert r.final_answer == "Rome."
+
+
+class StreamsThenFails(Streams):
+    """The first attempt streams ``pieces`` and fails; later attempts fail before any delta."""
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        if self.calls:
+            self.pieces = []
+        return await super().complete(request)
+
+
+async def test_only_the_failing_attempts_own_output_keeps_the_step_with_its_model() -> None:
+    # Attempt 1 shows "Par" and is retried (the retry replaces it); attempt 2 fails before
+    # any delta, so nothing of the failing attempt is in view and the backup is asked.
+    cut = ModelCallError("stream cut off", retryable=True, kind="connection")
+    primary = StreamsThenFails(["Par"], cut)
+    backup = ScriptedModel(["Rome."], name="b")
+    events: list[object] = []
+    r = await loop_of(
+        FallbackModel(primary, backup), RecordingJournal(), observers=[events.append]
+    ).run("go")
+    assert r.final_answer == "Rome." and primary.calls == 2
+    assert [q.attempt for q in backup.requests] == [3]
+    assert [(d.attempt, d.text) for d in events if isinstance(d, ModelDelta)] == [(1, "Par")]

@@ -15,9 +15,11 @@ with the model the journal says is next (a fallback is journaled before the next
 asked). A failure of a kind not in ``fallback_on`` ends the run ``llm_error`` as with one model,
 and so does the last model's failure.
 
-A streamed attempt that fails after its partial output reached observers (``ModelDelta``
+A streamed attempt that fails after its own partial output reached observers (``ModelDelta``
 events) does not fall back: recovery stays with that model (retried per the policy, then
-``llm_error``), so that an answer already in view is not replaced by another model's.
+``llm_error``), so that an answer in view is not replaced by another model's. The rule looks at
+the failing attempt only: when an earlier attempt's partial output was followed by a retry of
+the same model (which replaced it) and that retry fails before any delta, the fallback happens.
 
 Default ``fallback_on``: ``rate_limit``, ``server``, ``connection``, ``timeout`` (the
 ``ModelCallError.kind`` values of the built-in adapters). Add ``context_length`` to fall back to
