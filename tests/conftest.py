@@ -9,7 +9,17 @@ import pytest
 
 from polyloop import EnvironmentFailure, ModelReply, Outcome, ToolCall, ToolRegistry
 from polyloop.journal import MemoryJournal
-from polyloop.types import ActionIntent, ActionStatus, Lease, Record, RunEnd, RunSpec, StepWritten
+from polyloop.types import (
+    ActionIntent,
+    ActionStatus,
+    Lease,
+    ModelRequest,
+    Record,
+    RunEnd,
+    RunSpec,
+    StepWritten,
+    canonical_json,
+)
 
 
 def call(name: str, args: dict[str, Any] | str | None = None, id: str | None = None) -> ModelReply:
@@ -147,3 +157,13 @@ def first_write(ref: RecordingJournal, kind: str, tool: str | None = None) -> in
             for r in batch
         )
     )
+
+
+def prompt_size(request: ModelRequest) -> int:
+    """kernel.md §7's prompt_chars of ``request``, from scratch."""
+    total = len(canonical_json(list(request.tool_specs)))
+    for m in request.messages:
+        total += len(m.get("content") or "")
+        for c in m.get("tool_calls") or ():
+            total += len(c["function"]["name"]) + len(c["function"]["arguments"])
+    return total

@@ -61,7 +61,8 @@ class Loop:
         lease_ttl_s: the lease duration (renewed every third of it; each renewal is also
             when a run learns of a request to stop or cancel it made elsewhere).
         templates: the model-visible wording of the default adapters (version stored per run).
-        wrap_up: when a budget ends a run, make one more model call, tools withheld, asking
+        wrap_up: when a budget ends a run, make one more model call, tools withheld (sent with
+            ``ModelRequest.tool_choice="none"``), asking
             for the best final answer (``Templates.wrap_up``); the step has ``wrap_up=True``,
             the stop reason stays the budget's, and ``steps_used`` may exceed ``max_steps`` by
             one (see :mod:`polyloop.kernel.wrap_up`). Off by default: experiments choose it.

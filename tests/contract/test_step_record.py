@@ -21,7 +21,7 @@ from polyloop import (
 )
 from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
 from polyloop.types import ModelRequest, canonical_json
-from tests.conftest import call, make_tools
+from tests.conftest import call, make_tools, prompt_size
 
 FIELDS_13 = [
     "step_idx",
@@ -317,16 +317,6 @@ async def test_a_tools_own_cut_is_added_to_observation_truncated_chars() -> None
 # --- prompt_chars ------------------------------------------------------------------------------
 
 
-def measure(request: ModelRequest) -> int:
-    """kernel.md §7, from scratch."""
-    total = len(canonical_json(list(request.tool_specs)))
-    for m in request.messages:
-        total += len(m.get("content") or "")
-        for c in m.get("tool_calls") or ():
-            total += len(c["function"]["name"]) + len(c["function"]["arguments"])
-    return total
-
-
 async def test_prompt_chars_is_the_size_of_what_the_model_was_sent() -> None:
     replies = iter(
         [
@@ -340,7 +330,7 @@ async def test_prompt_chars_is_the_size_of_what_the_model_was_sent() -> None:
     sizes: list[int] = []
 
     def fn(request: ModelRequest) -> ModelReply | str:
-        sizes.append(measure(request))
+        sizes.append(prompt_size(request))
         return next(replies)
 
     history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "noted"}]

@@ -23,7 +23,7 @@ from polyloop import (
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
 from polyloop.types import DEFAULT_TEMPLATES, ModelIntent, ModelRequest, Usage
-from tests.conftest import Crash, RecordingJournal, call, make_tools
+from tests.conftest import Crash, RecordingJournal, call, make_tools, prompt_size
 
 WRAP = DEFAULT_TEMPLATES.wrap_up.format(budget="step budget")
 
@@ -47,10 +47,14 @@ async def test_a_spent_step_budget_gets_one_tool_free_call_and_its_answer() -> N
     assert r.final_answer == "The answer is 42."
     assert r.steps_used == 3 and [s.wrap_up for s in r.steps] == [False, False, True]
     last = model.requests[-1]
-    assert last.tool_specs == () and last.messages[-1] == {"role": "user", "content": WRAP}
+    # The tools are withheld by the tool choice, not by leaving out their definitions.
+    assert last.tool_choice == "none" and last.tool_specs == model.requests[0].tool_specs
+    assert last.tool_specs and model.requests[0].tool_choice is None
+    assert last.messages[-1] == {"role": "user", "content": WRAP}
     # The second noop turn (its call and its result), then the ask.
     assert len(last.messages) == len(model.requests[-2].messages) + 3
-    assert r.steps[-1].prompt_chars > r.steps[-2].prompt_chars
+    # prompt_chars is what was sent, for the wrap-up step too (kernel.md §7, from scratch).
+    assert [s.prompt_chars for s in r.steps] == [prompt_size(q) for q in model.requests]
     assert r.messages[-1] == {"role": "assistant", "content": "The answer is 42."}
 
 
@@ -130,7 +134,8 @@ async def test_a_crash_around_the_wrap_up_intent_resumes_into_the_same_end(where
     r = await loop_of(model, RecordingJournal(journal.inner)).resume("r")
     assert r.stop_reason == StopReason.step_budget and r.final_answer == "42"
     assert r.steps_used == 3 and r.steps[-1].wrap_up
-    assert model.requests[0].tool_specs == () and model.requests[0].messages[-1]["content"] == WRAP
+    assert model.requests[0].tool_choice == "none"
+    assert model.requests[0].messages[-1]["content"] == WRAP
     # After its intent, the call is made again as the next attempt of the same intent.
     assert model.requests[0].attempt == (2 if where == "after its intent" else 1)
 
@@ -268,7 +273,7 @@ async def test_a_wrap_up_reply_the_interpreter_cannot_read_is_journaled_first() 
         def interpret(self, reply: ModelReply, tool_specs: object) -> object:
             from polyloop.interpreters import NativeToolCallInterpreter
 
-            if not tool_specs:  # the wrap-up call: no tools
+            if not tool_specs:  # the wrap-up reply is read as if there were no tools
                 self.calls += 1
                 if self.calls == 1:
                     raise RuntimeError("interpreter bug")

@@ -132,6 +132,44 @@ async def test_b_action_budget_with_a_real_model(tool_server: LlamaServer, tmp_p
     )
 
 
+async def test_b_wrap_up_after_the_step_budget_with_a_real_model(
+    tool_server: LlamaServer, tmp_path: Path
+) -> None:
+    # Loop(wrap_up=True): the spent step budget gets one more call, with the tools sent and
+    # tool_choice "none" (the history holds a tool call); its step is the one wrap_up step.
+    db = tmp_path / "runs.db"
+    wire = Wire(tool_server.base_url)
+    try:
+        model = ByStep([wire.model(tool_choice=forced("add"))])
+        async with SQLiteJournal(db) as journal:
+            loop = Loop(
+                model, tools=arithmetic(), journal=journal, limits=Limits(max_steps=1),
+                wrap_up=True,
+            )  # fmt: skip
+            result = await loop.run(GOAL, run_id="w")
+    finally:
+        await wire.aclose()
+
+    assert result.stop_reason == StopReason.step_budget  # the budget's, wrap-up or not
+    assert len(wire.exchanges) == 2
+    ask = wire.exchanges[1].sent
+    assert ask["tool_choice"] == "none" and tools_sent(wire.exchanges[1]) == ["add", "submit"]
+    assert ask["messages"][-1]["role"] == "user"
+    rows = steps(db, "w")
+    assert [(r["step_idx"], r["wrap_up"]) for r in rows] == [(0, 0), (1, 1)]
+    assert rows[1]["action_status"] in (None, "not_executed")  # nothing runs in a wrap-up
+    if rows[1]["action_status"] is None and rows[1]["parse_ok"]:  # a final answer
+        assert result.final_answer is not None
+        assert run_row(db, "w")["final_answer"] == result.final_answer
+    assert_journal_matches_wire(db, "w", wire.exchanges)
+    run = run_row(db, "w")
+    assert (run["stop_reason"], run["steps_used"], run["actions_executed"]) == (
+        "step_budget",
+        2,
+        1,
+    )
+
+
 async def test_d_context_overflow_sends_no_request(
     tool_server: LlamaServer, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import email.utils
 import os
 import subprocess
@@ -143,6 +144,20 @@ async def test_request_without_tools_leaves_tools_and_tool_choice_out(
     await model.complete(request())
     body = fake.requests[0].body
     assert "tools" not in body and "tool_choice" not in body and "system" not in body
+
+
+async def test_tool_choice_none_sends_the_tools_and_forbids_calling_them(
+    fake: FakeAnthropicServer,
+) -> None:
+    # The wrap-up call: the definitions stay (the Messages API refuses tool_use blocks in a
+    # conversation without them), the choice is "none" whatever the adapter's own.
+    fake.script(message(text("best guess")))
+    async with AnthropicModel(
+        "claude-test", base_url=fake.url, api_key="k", tool_choice="required"
+    ) as m:
+        await m.complete(dataclasses.replace(request(tools=[ADD_SPEC]), tool_choice="none"))
+    body = fake.requests[0].body
+    assert body["tools"] == [ADD_TOOL] and body["tool_choice"] == {"type": "none"}
 
 
 async def test_options_are_sent_and_extra_body_is_merged(fake: FakeAnthropicServer) -> None:

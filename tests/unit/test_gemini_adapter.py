@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import dataclasses
 import os
 import re
 import subprocess
@@ -139,6 +140,21 @@ async def test_request_without_tools_or_system_leaves_them_out(
     await model.complete(request())
     body = body_of(fake)
     assert not {"tools", "toolConfig", "systemInstruction"} & set(body)
+
+
+async def test_tool_choice_none_sends_the_tools_and_forbids_calling_them(
+    fake: FakeGeminiServer,
+) -> None:
+    fake.script(generated(text("best guess")), generated(text("again")))
+    async with GeminiModel(
+        "gemini-test", base_url=fake.url, api_key=KEY, function_calling_mode="ANY"
+    ) as m:
+        await m.complete(dataclasses.replace(request(tools=[ADD_SPEC]), tool_choice="none"))
+        await m.complete(request(tools=[ADD_SPEC]))  # the adapter's own mode again after it
+    body = body_of(fake)
+    assert body["tools"] == [{"functionDeclarations": [ADD_DECLARATION]}]
+    assert body["toolConfig"] == {"functionCallingConfig": {"mode": "NONE"}}
+    assert body_of(fake, 1)["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
 
 
 async def test_options_are_sent(fake: FakeGeminiServer) -> None:

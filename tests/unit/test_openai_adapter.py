@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import email.utils
 import subprocess
 import sys
@@ -125,6 +126,16 @@ async def test_request_without_tools_leaves_tools_parallel_and_tool_choice_out(
     assert "tools" not in body
     assert "parallel_tool_calls" not in body
     assert "tool_choice" not in body
+
+
+async def test_tool_choice_none_sends_the_tools_and_forbids_calling_them(
+    fake: FakeOpenAIServer,
+) -> None:
+    fake.script(completion("best guess"))
+    async with OpenAIModel("gpt-test", base_url=fake.url, api_key="k", tool_choice="required") as m:
+        await m.complete(dataclasses.replace(request(tools=[ADD_SPEC]), tool_choice="none"))
+    body = fake.requests[0].body
+    assert body["tools"] == [ADD_SPEC] and body["tool_choice"] == "none"
 
 
 async def test_options_are_sent_and_extra_body_is_merged(fake: FakeOpenAIServer) -> None:

@@ -4,6 +4,7 @@ against a scripted server on 127.0.0.1 serving the Responses API's shapes."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import subprocess
 import sys
@@ -105,6 +106,15 @@ async def test_a_request_posts_to_responses_stateless_with_converted_tools(
         "tool_choice": "auto",
         "reasoning": {"summary": "auto"},
     }
+
+
+async def test_tool_choice_none_sends_the_tools_and_forbids_calling_them(
+    model: OpenAIResponsesModel, fake: FakeOpenAIServer
+) -> None:
+    fake.script(response(message("best guess")))
+    await model.complete(dataclasses.replace(request(tools=[ADD_SPEC]), tool_choice="none"))
+    body = fake.requests[0].body
+    assert body["tools"] == [ADD_TOOL] and body["tool_choice"] == "none"
 
 
 async def test_a_request_without_tools_leaves_tools_parallel_and_tool_choice_out(

@@ -3,15 +3,18 @@
 Tables (their names and columns are public: downstream SQL reads them directly)::
 
     runs         one row per run: run_id, owner, lease_expires_at, status ('running'|'ended'),
-                 stop_reason (NULL until ended), steps_used, actions_executed, created_at,
+                 stop_reason (NULL until ended), steps_used, actions_executed, tokens_used,
+                 cost_usd, active_seconds, usage_missing (journal schema 1.3: the run's totals,
+                 ``RunTotals``, set with the end record; NULL before it), created_at,
                  ended_at, journal_schema_version, wording_version, stop_detail, final_answer,
                  request, request_reason, requested_by, requested_at (journal schema 1.3: a
                  request to end the run, see below; NULL when none was made), goal,
                  limits_json, metadata_json, history_json
     steps        one row per step record: run_id plus a column per StepRecord field, same
                  names (booleans as 0/1); PRIMARY KEY (run_id, step_idx). replaced_chars
-                 arrived with journal schema 1.1, model with 1.2 (a writer adds them to an
-                 older file)
+                 arrived with journal schema 1.1, model with 1.2, wrap_up (1 for the wrap-up
+                 step of ``Loop(wrap_up=True)``) with 1.3 (a writer adds them to an older
+                 file)
     journal      the append-only records: run_id, seq (1, 2, ... per run), kind, body (the
                  canonical JSON of ``record_to_dict``), written_at; PRIMARY KEY (run_id, seq)
     model_calls  the accounts, one row per model-call attempt: run_id, step_idx, intent_id,
@@ -19,7 +22,9 @@ Tables (their names and columns are public: downstream SQL reads them directly):
                  and (journal schema 1.2) model (the ``name`` of the model the attempt asked,
                  written with its intent), response_model (the provider's name for the model
                  that answered), cached_tokens (of input_tokens, read from the provider's
-                 cache), reasoning_tokens (of output_tokens); PRIMARY KEY (intent_id, attempt)
+                 cache), reasoning_tokens (of output_tokens), and (1.3) cost_usd (the
+                 attempt's price by the adapter's ``Pricing``, or the provider's reported
+                 cost; NULL when neither is known); PRIMARY KEY (intent_id, attempt)
     meta         key/value: journal_schema_version, step_schema_version
 
 ``model_calls.state`` is ``pending`` (intent written, no answer yet), ``ok``, ``retried`` (failed,

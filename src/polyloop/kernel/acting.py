@@ -32,7 +32,7 @@ from ..types import (
     StopReason,
     ToolContext,
 )
-from . import liveness, stopping
+from . import guarding, liveness, stopping
 from .report import build_report
 from .requests import pending_action
 from .steps import (
@@ -279,7 +279,7 @@ async def settle(
         name = intent.action.tool_name
         source = outcome.escalation.source or (f"tool {name}" if name else "the action")
         escalation = dataclasses.replace(outcome.escalation, source=source)
-        report = d._handover_report((*st.steps, step), escalation)
+        report = guarding.handover_report(d, (*st.steps, step), escalation)
     if reason is not None:
         detail = env_detail(outcome) if reason is StopReason.env_error else None
         if report is not None and report.escalation is not None:

@@ -86,7 +86,7 @@ async def model_phase(
     last fell back; ``replaced``: code points replaced in their errors (part of the step's
     count); ``tier``: which of the models the attempt asks (a FallbackModel's; a resumed
     run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
-    the wrap-up call (tools withheld, its message added; :mod:`.wrap_up`)."""
+    the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`)."""
     cfg = d.cfg
     clock = cfg.clock
     last = len(d._models) - 1

@@ -18,15 +18,15 @@ cancelled still lands (the Journal seam's promise), so memory and journal never 
 The rules live in one module each, named for them: this one drives the loop (A, B, D, E and
 the writes); :mod:`.stopping` decides every stop reason; :mod:`.model_call` is C (retries,
 fallback, streaming, cost); :mod:`.acting` is F and G (the action, replay policies on resume);
-:mod:`.wrap_up` the graceful last answer; :mod:`.liveness` cancellation, leases and
-heartbeats; :mod:`.replay` rebuilds a run from its records; :mod:`.steps` builds the step
-records.
+:mod:`.guarding` E's run-end guards and the hand-over report; :mod:`.wrap_up` the graceful
+last answer; :mod:`.liveness` cancellation, leases and heartbeats; :mod:`.requests` requests
+to end the run made elsewhere; :mod:`.replay` rebuilds a run from its records;
+:mod:`.steps` builds the step records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,15 +46,11 @@ from ..types import (
     Action,
     ActionIntent,
     ActionResult,
-    Complete,
     EndRequest,
-    Escalate,
     Escalation,
     EscalationReport,
     Event,
     FinalAnswer,
-    GuardContext,
-    GuardVerdict,
     InvalidDecision,
     JournalError,
     Lease,
@@ -74,20 +70,17 @@ from ..types import (
     RunResult,
     RunSpec,
     RunStarted,
-    Steer,
     StepAppended,
     StepRecord,
     StepWritten,
     StopReason,
     ToolSpec,
-    clean_text,
 )
-from . import acting, liveness, stopping
+from . import acting, guarding, liveness, stopping
 from . import model_call as calling
 from . import wrap_up as wrapping
 from .ids import new_id
 from .replay import Interrupted, Replayed
-from .report import build_handover_report
 from .requests import requested_ending
 from .steps import (
     final_answer_step,
@@ -379,14 +372,14 @@ class RunDriver:
             if first and self.cfg.guards:
                 await self._write(first)
                 first = ()
-            verdicts, steer, in_feedback = await self._check_guards(step_idx, decision.text)
+            verdicts, steer, in_feedback = await guarding.check(self, step_idx, decision.text)
             wall = (clock.monotonic() - t0) * 1000
             if isinstance(steer, Escalation):  # a guard handed the run to a person
                 escalation, _ = clean_escalation(steer)
                 step = final_answer_step(
                     step_idx, reply, call_id, prompt_chars, wall, None, replaced + bad, model
                 )
-                report = self._handover_report((*st.steps, step), escalation)
+                report = guarding.handover_report(self, (*st.steps, step), escalation)
                 return await self._end(
                     stopping.HANDED_OVER,
                     escalation.describe(),
@@ -422,47 +415,6 @@ class RunDriver:
         self._intent_written = sc
         await self._write((*first, intent))
         return await acting.act(self, sc)
-
-    async def _check_guards(
-        self, step_idx: int, answer: str
-    ) -> tuple[tuple[Record, ...], GuardVerdict | Escalation | None, int]:
-        """Ask the run-end guards in order; the first steer (or ``Escalate``) wins. Guards at
-        their own steer limit are skipped. Returns the verdict records (written with the
-        step), the steer or the hand-over, and the code points replaced in its feedback."""
-        st = self.state
-        records: list[Record] = []
-        for guard in self.cfg.guards:
-            steers = st.steer_counts.get(guard.name, 0)
-            if steers >= guard.max_steers:
-                continue
-            ctx = GuardContext(self.run_id, self.spec.goal, tuple(st.steps), answer, steers)
-            try:
-                verdict = guard.check(ctx)
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
-            except Escalate as exc:
-                escalation = Escalation(exc.reason, exc.evidence, f"guard {guard.name}")
-                return tuple(records), escalation, 0
-            if isinstance(verdict, Steer):
-                feedback, bad = clean_text(verdict.feedback)
-                record = GuardVerdict(step_idx, guard.name, True, feedback)
-                st.steer_counts[guard.name] = steers + 1
-                records.append(record)
-                return tuple(records), record, bad
-            if not isinstance(verdict, Complete):
-                raise TypeError(
-                    f"run-end guard {guard.name!r} returned {verdict!r}, not Complete or Steer"
-                )
-            records.append(GuardVerdict(step_idx, guard.name, False))
-        return tuple(records), None, 0
-
-    def _handover_report(
-        self, steps: tuple[StepRecord, ...], escalation: Escalation
-    ) -> EscalationReport:
-        st = self.state
-        return build_handover_report(
-            self.run_id, steps, st.ledger, st.limits, escalation, self.cfg.report_hook
-        )
 
     # -- requests to end the run --------------------------------------------------------------
     def take_request(self, request: EndRequest) -> None:

@@ -18,6 +18,10 @@ The rules, each tested in tests/contract/test_wrap_up.py:
 * The message is ``Templates.wrap_up`` as the last user message of the request, after the
   conversation; it is not added to the conversation itself (``RunResult.messages`` ends with
   the reply).
+* Tools are withheld by ``ModelRequest.tool_choice="none"``, not by leaving the specs out: a
+  conversation with tool calls but no tool definitions is refused by some providers
+  (Anthropic's Messages API). So the request carries the run's tool specs, and the step's
+  ``prompt_chars`` (the conversation, the specs and the message) is what was sent.
 """
 
 from __future__ import annotations
@@ -81,10 +85,11 @@ def request(
     reason: StopReason,
     on_delta: Callable[[str, str], None] | None,
 ) -> ModelRequest:
-    """The conversation plus the wrap-up message, no tools."""
+    """The conversation plus the wrap-up message; the tool specs are sent (a provider may
+    refuse tool calls in a conversation without tool definitions) with ``tool_choice="none"``."""
     last = {"role": "user", "content": message(d, reason)}
     messages = (*d.context.messages(), last)
-    return ModelRequest(d.run_id, step_idx, attempt, messages, (), on_delta)
+    return ModelRequest(d.run_id, step_idx, attempt, messages, d.tool_specs, on_delta, "none")
 
 
 async def failed(d: RunDriver, reason: StopReason, step: StepRecord, detail: str) -> RunResult:
@@ -104,7 +109,7 @@ async def decide(
     replaced: int,
     model: str | None,
 ) -> RunResult:
-    """Interpret the wrap-up reply (with no tools) and end the run with its step;
+    """Interpret the wrap-up reply (as if there were no tools) and end the run with its step;
     ``model``: the name of the model that answered."""
     try:
         decision = d.cfg.interpreter.interpret(reply, ())

@@ -472,7 +472,10 @@ class AnthropicModel:
             body["system"] = system
         if request.tool_specs:
             body["tools"] = [_wire_tool(spec, where) for spec in request.tool_specs]
-            body["tool_choice"] = self._tool_choice
+            if request.tool_choice == "none":
+                body["tool_choice"] = {"type": "none"}
+            else:
+                body["tool_choice"] = self._tool_choice
         if self._thinking_budget is not None:
             body["thinking"] = {"type": "enabled", "budget_tokens": self._thinking_budget}
         if self._extra_body is not None:

@@ -348,6 +348,10 @@ class GeminiModel:
             config["system_instruction"] = system
         if request.tool_specs:
             config.update(self._tools(request.tool_specs))
+            if request.tool_choice == "none":
+                config["tool_config"] = self._types.ToolConfig(
+                    function_calling_config=self._types.FunctionCallingConfig(mode="NONE")
+                )
         models = self._client.aio.models
         with translating(self._translate):
             if self._stream:

@@ -358,7 +358,9 @@ class OpenAIModel:
         if request.tool_specs:
             body["tools"] = list(request.tool_specs)
             body["parallel_tool_calls"] = False
-            if self._tool_choice is not None:
+            if request.tool_choice == "none":
+                body["tool_choice"] = "none"
+            elif self._tool_choice is not None:
                 body["tool_choice"] = self._tool_choice
         if self._temperature is not None:
             body["temperature"] = self._temperature

@@ -166,7 +166,9 @@ class OpenAIResponsesModel(OpenAIModel):
         if request.tool_specs:
             body["tools"] = [_wire_tool(spec, where) for spec in request.tool_specs]
             body["parallel_tool_calls"] = False
-            if self._tool_choice is not None:
+            if request.tool_choice == "none":
+                body["tool_choice"] = "none"
+            elif self._tool_choice is not None:
                 body["tool_choice"] = _wire_tool_choice(self._tool_choice)
         if self._reasoning is not None:
             body["reasoning"] = dict(self._reasoning)

@@ -228,6 +228,11 @@ class ModelRequest:
     fragment of a call's arguments); the kernel turns each into a ``ModelDelta`` event. None
     when nothing listens. Deltas are for display only: the journal records the complete reply
     that ``complete`` returns, or the attempt's failure."""
+    tool_choice: str | None = None
+    """None: the adapter's own tool choice. ``"none"``: ``tool_specs`` are sent (a provider may
+    refuse a conversation with tool calls but no tool definitions) and the model must not call
+    any: the built-in adapters send their API's "none" choice (the wrap-up call,
+    ``Loop(wrap_up=True)``, asks this way)."""
 
 
 @dataclass(frozen=True, slots=True)
