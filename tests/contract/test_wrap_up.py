@@ -288,3 +288,45 @@ async def test_a_wrap_up_reply_the_interpreter_cannot_read_is_journaled_first() 
     again = ScriptedModel([])  # resume re-interprets it: no second call
     r = await loop_of(again, RecordingJournal(inner.inner)).resume("r")
     assert r.final_answer == "42" and again.requests == []
+
+
+def budget_loop(journal: object) -> Loop:
+    """The crash-injection harness's budget scenario (tests/durability): three steps of an
+    idempotent tool at 20 tokens each spend ``max_tokens=60``; rule A then stops the run
+    ``token_budget`` and the wrap-up call answers "best guess". The model is keyed by the
+    request (a resumed run asks the same), priced so the run has a cost."""
+    tools = ToolRegistry()
+
+    @tools.tool(replay="idempotent")
+    def note(n: int) -> str:
+        """Note a number."""
+        return f"noted {n}"
+
+    def fn(request: ModelRequest) -> ModelReply:
+        if request.tool_choice == "none":
+            return ModelReply("best guess", usage=Usage(7, 3))
+        return ModelReply(
+            tool_calls=call("note", {"n": request.step_idx}).tool_calls, usage=Usage(15, 5)
+        )
+
+    model = FunctionModel(fn, name="f:priced", pricing=Pricing(1.0, 2.0))
+    return Loop(
+        model,
+        tools=tools,
+        journal=journal,  # type: ignore[arg-type]
+        limits=Limits(max_steps=10, max_tokens=60),
+        clock=FakeClock(),
+        wrap_up=True,
+    )
+
+
+async def test_the_budget_scenario_wraps_up_a_token_budget() -> None:
+    r = await budget_loop(RecordingJournal()).run("go")
+    assert (r.stop_reason, r.final_answer, r.steps_used) == (
+        StopReason.token_budget,
+        "best guess",
+        4,
+    )
+    assert [s.wrap_up for s in r.steps] == [False, False, False, True]
+    assert r.totals.tokens == 70 and r.totals.usage_missing == 0
+    assert r.totals.cost_usd == pytest.approx((3 * (15 + 2 * 5) + 7 + 2 * 3) / 1e6)

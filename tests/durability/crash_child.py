@@ -29,13 +29,14 @@ from polyloop.types import ModelRequest
 from tests.contract.test_escalate import handover_loop
 from tests.contract.test_fix_loop_ledger import fix_loop
 from tests.contract.test_resume import World, new_loop, script
+from tests.contract.test_wrap_up import budget_loop
 
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-SCENARIOS = {"fix": fix_loop, "escalate": handover_loop}
+SCENARIOS = {"fix": fix_loop, "escalate": handover_loop, "budget": budget_loop}
 """The loops other than ``pay``, by scenario name: each builds a Loop on a journal."""
 
 
@@ -132,7 +133,8 @@ async def main(
 ) -> None:
     """Run a scenario: ``pay`` (tests/contract/test_resume.py's), ``fix`` (the fix loop of
     tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record),
-    ``escalate`` (tests/contract/test_escalate.py's hand-over), ``stop`` / ``cancel`` (``pay``,
+    ``escalate`` (tests/contract/test_escalate.py's hand-over), ``budget`` (a token budget
+    spent, then the wrap-up call: tests/contract/test_wrap_up.py), ``stop`` / ``cancel`` (``pay``,
     its model asking its own Loop to end the run) or ``request`` (a stop of an existing run
     from this process)."""
     journal = Dying(open_journal(path), n, after)

@@ -141,6 +141,42 @@ async def test_sigkill_around_every_write_of_a_fix_loop_then_resume_rebuilds_its
     assert dict(rows) == {k: writes * ref_kinds.count(k) for k in LEDGER_KINDS if k in ref_kinds}
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+async def test_sigkill_around_every_write_of_a_spent_budget_and_its_wrap_up(
+    after: bool, journal_backend: Store, tmp_path: Path
+) -> None:
+    """A token budget spent, then the wrap-up call (Loop(wrap_up=True)): killed around each
+    write and resumed in another process, the run ends token_budget with the wrap-up's answer,
+    the same steps, and the same tokens and cost (a lost attempt had no usage to count); its
+    journal holds one end record and one wrap-up step."""
+    store = journal_backend
+    make = SCENARIOS["budget"]
+    ref_journal = RecordingJournal()
+    ref = await make(ref_journal).run("fix", run_id="b")
+    assert ref.stop_reason == StopReason.token_budget and ref.steps[-1].wrap_up
+    writes = ref_journal.count
+    server = await ForkServer.start()
+    try:
+        async with store.journal() as journal:
+            for n in range(1, writes + 1):
+                run_id = f"b{n}"
+                code = await server.crash(store.where, run_id, n, after, tmp_path / "fx", "budget")
+                assert code == -signal.SIGKILL, (n, code)
+                r = await make(journal).resume(run_id)
+                assert (r.stop_reason, r.final_answer) == (ref.stop_reason, ref.final_answer), n
+                assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps], n
+                assert r.totals.tokens == ref.totals.tokens, n
+                assert r.totals.cost_usd == pytest.approx(ref.totals.cost_usd), n
+    finally:
+        await server.close()
+    rows = store.sql(
+        "SELECT run_id, count(*) FILTER (WHERE kind = 'end') FROM journal GROUP BY run_id"
+    )
+    assert len(rows) == writes and all(ends == 1 for _, ends in rows), rows
+    wrapped = store.sql("SELECT count(*) FROM steps WHERE wrap_up = 1")
+    assert wrapped == [(writes,)]
+
+
 # -- the writes of a request to end a run -----------------------------------------------------
 
 
