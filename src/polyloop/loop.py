@@ -15,6 +15,7 @@ from .seams import Clock, ContextBuilder, Environment, Interpreter, Journal, Mod
 from .tools import ToolEnvironment, ToolRegistry
 from .types import (
     DEFAULT_TEMPLATES,
+    ApprovalDecided,
     ConfigError,
     GuardCheck,
     Limits,
@@ -61,6 +62,9 @@ class Loop:
         lease_ttl_s: the lease duration (renewed every third of it; each renewal is also
             when a run learns of a request to stop or cancel it made elsewhere).
         templates: the model-visible wording of the default adapters (version stored per run).
+        approval_timeout_s: an approval request (a tool declared with ``approval=``) expires
+            after this many seconds: ``polyloop recover`` then denies it, reason "timed out".
+            None (default): it waits for a person however long it takes.
         wrap_up: when a budget ends a run, make one more model call, tools withheld (sent with
             ``ModelRequest.tool_choice="none"``), asking
             for the best final answer (``Templates.wrap_up``); the step has ``wrap_up=True``,
@@ -102,6 +106,7 @@ class Loop:
         guards: Sequence[RunEndGuard | GuardCheck] = (),
         wrap_up: bool = False,
         report_hook: ReportHook | None = None,
+        approval_timeout_s: float | None = None,
     ) -> None:
         if tools is not None and environment is not None:
             raise TypeError(
@@ -114,6 +119,8 @@ class Loop:
             raise ConfigError(f"cancel_grace_s must be >= 0, got {cancel_grace_s}")
         if lease_ttl_s <= 0:
             raise ConfigError(f"lease_ttl_s must be > 0, got {lease_ttl_s}")
+        if approval_timeout_s is not None and not approval_timeout_s > 0:
+            raise ConfigError(f"approval_timeout_s must be > 0 or None, got {approval_timeout_s}")
         if report_hook is not None and not callable(report_hook):
             raise TypeError(f"report_hook must be callable, got {report_hook!r}")
         if limits is not None and not isinstance(limits, Limits):
@@ -142,6 +149,8 @@ class Loop:
                 wrap_up_prompt=templates.wrap_up,
                 wrap_up_no_action=templates.wrap_up_no_action,
                 report_hook=report_hook,
+                approval_timeout_s=approval_timeout_s,
+                approval_denied=templates.approval_denied,
             )
         )
 
@@ -260,6 +269,45 @@ class Loop:
         Otherwise as :meth:`stop` (same result value, same errors but for the reason, which
         is optional here)."""
         return await self._kernel.request(run_id, "cancel", reason, by)
+
+    async def approve(
+        self, run_id: str, op_id: str, *, note: str | None = None, by: str | None = None
+    ) -> ApprovalDecided:
+        """Approve the action ``op_id`` a parked run awaits a decision on (``ApprovalRequired``
+        said which), from any process: the decision is journaled (``approval_decided``) and
+        the run's ``status`` is ``running`` again; ``resume`` then executes the action.
+
+        Args:
+            run_id, op_id: the run and its pending action (``polyloop pending`` lists them).
+            note: for the record.
+            by: who decides (default: ``user@host pid N``).
+
+        Returns:
+            The decision as written.
+
+        Raises:
+            AlreadyDecided: someone decided first (``.decision`` says who, when, what);
+                nothing was written. Exactly one decision per action, also across processes.
+            NotAwaitingApproval: the run awaits no decision on ``op_id`` (ended, not parked,
+                or parked on another action).
+            RunNotFound: no such run.
+            ConfigError: the journal cannot take decisions (no ``decide``).
+        """
+        return await self._kernel.decide(run_id, op_id, True, note, by)
+
+    async def deny(
+        self, run_id: str, op_id: str, *, reason: str, by: str | None = None
+    ) -> ApprovalDecided:
+        """Deny the action ``op_id``: ``resume`` records it ``not_executed`` with the synthetic
+        observation ``Templates.approval_denied`` carrying ``reason``, and the run goes on (the
+        model sees why). ``reason`` is required. Otherwise as :meth:`approve`."""
+        return await self._kernel.decide(run_id, op_id, False, reason, by)
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """The actions awaiting a decision in this Loop's journal, oldest request first:
+        ``run_id``, ``step_idx``, ``op_id``, ``tool_name``, ``args_json``, ``action``,
+        ``requested_at``, ``expires_at``. Read-only."""
+        return await self._kernel.pending_approvals()
 
     def run_sync(self, goal: str, **kwargs: Any) -> RunResult:
         """:meth:`run` for scripts (runs its own event loop)."""

@@ -7,10 +7,11 @@ base class to inherit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .types import (
     Action,
+    ApprovalDecided,
     Decision,
     EndRequest,
     Lease,
@@ -29,6 +30,7 @@ from .types import (
 )
 
 __all__ = [
+    "Approvals",
     "Clock",
     "Context",
     "ContextBuilder",
@@ -38,6 +40,7 @@ __all__ = [
     "Journal",
     "Model",
     "ModelChain",
+    "NeedsApproval",
     "model_name",
 ]
 
@@ -111,6 +114,16 @@ class Environment(Protocol):
     def replay_policy(self, action: Action) -> ReplayPolicy: ...
 
     async def reconcile(self, action: Action, ctx: ToolContext) -> Outcome | None: ...
+
+
+@runtime_checkable
+class NeedsApproval(Protocol):
+    """An environment some of whose actions need a person's approval before they run (the
+    ``ToolEnvironment`` of tools declared with ``approval=``). Optional: an environment without
+    ``needs_approval`` never parks a run. The kernel asks it once per action, after
+    ``replay_policy`` and before the action intent is written; True parks the run."""
+
+    def needs_approval(self, action: Action) -> bool: ...
 
 
 @runtime_checkable
@@ -216,6 +229,30 @@ class EndRequests(Protocol):
         ``end`` is pure and quick (it may run on the journal's writer thread). Raises
         ``RunNotFound``. After a crash the transaction is all or nothing.
         """
+        ...
+
+
+@runtime_checkable
+class Approvals(Protocol):
+    """A journal that takes a person's decision on a parked run's action from any process
+    (``Loop.approve`` / ``Loop.deny``); the memory, SQLite and PostgreSQL journals do. Such a
+    journal sets ``runs.status`` to ``'awaiting_approval'`` in the transaction that appends an
+    ``ApprovalRequested`` record, and back to ``'running'`` with the decision."""
+
+    async def decide(self, run_id: str, decision: ApprovalDecided) -> ApprovalDecided:
+        """Append ``decision`` to the run, in one transaction under the journal's write lock,
+        if and only if its action (``decision.op_id``) awaits a decision: the run's last
+        ``ApprovalRequested`` is for that op and no ``ApprovalDecided`` follows it. Returns the
+        decision that stands: ``decision`` itself when written, else the one written first
+        (two deciders racing: exactly one wins). Needs no lease (a parked run has no owner;
+        nothing else writes to it while it waits). Raises ``RunNotFound``, or
+        ``NotAwaitingApproval`` when the action awaits no decision and has none."""
+        ...
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """The actions awaiting a decision, oldest first: dicts with ``run_id``, ``step_idx``,
+        ``op_id``, ``tool_name``, ``args_json``, ``action``, ``requested_at``, ``expires_at``.
+        Read-only."""
         ...
 
 

@@ -47,6 +47,9 @@ def test_all_is_pinned() -> None:
         PUBLIC
         | {
             "DEFAULT_TEMPLATES",
+            "AlreadyDecided",
+            "ApprovalRequired",
+            "NotAwaitingApproval",
             "Complete",
             "ConfigError",
             "Escalate",

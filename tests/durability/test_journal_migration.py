@@ -1,7 +1,8 @@
 """A journal written by an older minor version of the table schema (1.0: no
 ``steps.replaced_chars``; 1.1: no ``steps.model`` and no ``model_calls.model``,
 ``response_model``, ``cached_tokens``, ``reasoning_tokens``; 1.2: no ``runs.request``,
-``request_reason``, ``requested_by``, ``requested_at``) still opens, on SQLite and PostgreSQL: a
+``request_reason``, ``requested_by``, ``requested_at``; 1.3: ``runs.status`` only 'running' or
+'ended') still opens, on SQLite and PostgreSQL: a
 writer migrates it (adds the columns, sets the version in ``meta``) and the run goes on; its
 steps read back without the columns, with the fields' defaults."""
 
@@ -13,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from polyloop import JournalError, StopReason
-from polyloop.journal import SQLiteJournal
+from polyloop import ApprovalRequired, JournalError, Loop, StopReason
+from polyloop.journal import SQLiteJournal, _sqlite_schema
 from polyloop.journal._sqlite_schema import (
     _REQUEST_COLUMNS,
     JOURNAL_SCHEMA_VERSION,
     _steps_from_rows,
 )
+from polyloop.testing import FakeClock, FunctionModel
+from tests.contract.test_approval import Mailer, mail_then_answer
 from tests.contract.test_resume import World, new_loop
 from tests.durability.journals import SQLiteStore, Store, crashed_run
 
@@ -94,7 +97,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     await a_1_0_journal(store)
     assert journal_version(store) == "1.0"
     async with store.journal() as journal:
-        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.3"
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "1.4"
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
@@ -104,7 +107,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     assert store.sql("SELECT journal_schema_version FROM runs") == [("1.0",)]
     async with store.journal() as journal:  # migrated once: a second writer changes nothing
         await new_loop(World(), journal).run("pay", run_id="new")
-    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.3",)]
+    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("1.4",)]
 
 
 async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_columns(
@@ -115,7 +118,7 @@ async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_col
     store.damage(*TO_1_1)
     assert "model" not in step_columns(store)
     async with store.journal() as journal:
-        assert journal_version(store) == "1.3"
+        assert journal_version(store) == "1.4"
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     assert "model" in step_columns(store) and "replaced_chars" in step_columns(store)
@@ -132,7 +135,7 @@ async def test_a_writer_migrates_a_1_2_journal_and_the_end_sets_the_run_totals(
     await crashed_run(store)
     store.damage(*TO_1_2)
     async with store.journal() as journal:
-        assert journal_version(store) == "1.3"
+        assert journal_version(store) == "1.4"
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     (row,) = store.rows(
@@ -151,7 +154,7 @@ async def test_a_writer_migrates_a_1_2_journal_and_its_runs_take_requests(
     store.damage(*TO_1_2)
     assert "request" not in store.rows("SELECT * FROM runs")[0]
     async with store.journal() as journal:
-        assert journal_version(store) == "1.3"
+        assert journal_version(store) == "1.4"
         listed = await journal.list_runs(run_id="r")
         assert [listed[0][c] for c in _REQUEST_COLUMNS] == [None] * 4  # nothing asked yet
         answer = await new_loop(World(), journal).stop("r", "migrated", by="me")
@@ -225,3 +228,38 @@ async def test_a_1_0_journal_another_connection_keeps_locked_is_refused_in_one_l
         assert journal_version(store) == JOURNAL_SCHEMA_VERSION
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
+
+
+def narrow_status(store: Store) -> tuple[str, ...]:
+    """What journal schema 1.3 had: ``runs.status`` only 'running' or 'ended'."""
+    old, new = _sqlite_schema._OLD_STATUS_CHECK, _sqlite_schema._NEW_STATUS_CHECK
+    if isinstance(store, SQLiteStore):
+        return (
+            "PRAGMA writable_schema = ON",
+            f'UPDATE sqlite_master SET sql = replace(sql, "{new}", "{old}") WHERE name = \'runs\'',
+            "PRAGMA writable_schema = OFF",
+        )
+    return (
+        "ALTER TABLE runs DROP CONSTRAINT runs_status_check",
+        f"ALTER TABLE runs ADD CONSTRAINT runs_status_check {old}",
+    )
+
+
+async def test_a_writer_migrates_a_1_3_journal_and_its_runs_can_park(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage(
+        *narrow_status(store),
+        "UPDATE meta SET value = '1.3' WHERE key = 'journal_schema_version'",
+    )
+    with pytest.raises(Exception, match=r"(?i)check"):  # a 1.3 table refuses the status
+        store.damage("UPDATE runs SET status = 'awaiting_approval'")
+    async with store.journal() as journal:
+        assert journal_version(store) == "1.4"
+        world = Mailer()
+        with pytest.raises(ApprovalRequired):
+            await Loop(FunctionModel(mail_then_answer), tools=world.tools, journal=journal,
+                       clock=FakeClock()).run("mail", run_id="parks")  # fmt: skip
+    assert store.sql("SELECT status FROM runs WHERE run_id = 'parks'") == [("awaiting_approval",)]

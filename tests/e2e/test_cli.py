@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from polyloop import Limits, StepRecord, StopReason
+from polyloop import ApprovalRequired, Limits, Loop, StepRecord, StopReason
 from polyloop.journal import SQLiteJournal
+from polyloop.testing import FunctionModel
 from polyloop.types import RunSpec
 from tests.fakes._server import cut
 from tests.fakes.openai_server import (
@@ -1126,3 +1127,32 @@ def test_a_run_stuck_on_one_failing_test_stops_repeated_failure_with_exit_code_5
     shown = cli("show", run_id_of(done.out), "--journal", "j.db")
     assert "**Pattern:** unchanged." in shown.out, shown
     assert "`test_calc.T.test_add` keeps failing the same way" in shown.out, shown
+
+
+async def test_pending_approve_and_deny_decide_a_parked_run_once(cli: CLI, tmp_path: Path) -> None:
+    from tests.contract.test_approval import Mailer, mail_then_answer
+
+    db = tmp_path / "polyloop.db"
+    world = Mailer()
+    async with SQLiteJournal(db) as journal:
+        loop = Loop(FunctionModel(mail_then_answer), tools=world.tools, journal=journal)
+        with pytest.raises(ApprovalRequired) as info:
+            await loop.run("mail", run_id="parked")
+    op = info.value.op_id
+    listed = cli("pending", "--journal", str(db))
+    assert listed.code == 0, listed
+    assert f"parked  step 0  op_id {op}  send_email " in listed.out and "requested " in listed.out
+    bad = cli("deny", "parked", op, "--reason", " ", "--journal", str(db))
+    assert bad.code == 1 and "must not be empty" in bad.err and "Traceback" not in bad.err
+    ok = cli("approve", "parked", op, "--by", "alice", "--journal", str(db))
+    assert ok.code == 0, ok
+    assert (
+        ok.out.startswith("run parked: approved by alice at ")
+        and "polyloop resume parked" in ok.out
+    )
+    late = cli("deny", "parked", op, "--reason", "no", "--by", "bob", "--journal", str(db))
+    assert late.code == 1 and "already approved by alice" in late.err, late
+    assert "Traceback" not in late.err
+    assert cli("pending", "--journal", str(db)).out.strip() == "no action awaits approval"
+    missing = cli("approve", "nope", op, "--journal", str(db))
+    assert missing.code == 1 and "no run 'nope'" in missing.err

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from polyloop import Loop, RunDetached, RunLeased
+from polyloop import ApprovalRequired, Loop, RunDetached, RunLeased
 
 from ._results import BatchProgress, BatchResult, ProgressFn, RunOutcome
 
@@ -40,6 +40,9 @@ async def drive_run(loop: Loop, run_id: str, *, wait_leased_s: float = 0.0) -> R
     except RunLeased as exc:
         until = time.strftime("%H:%M:%S", time.localtime(exc.expires_at))
         return RunOutcome(run_id, "leased", detail=f"leased by {exc.owner} until {until}")
+    except ApprovalRequired as exc:  # parked until a person decides: left alone, reported
+        detail = f"awaiting approval: {exc.tool_name or 'an action'} op_id={exc.op_id}"
+        return RunOutcome(run_id, "detached", detail=detail, steps_used=exc.steps_used)
     except RunDetached as exc:
         return RunOutcome(run_id, "detached", detail="detached", steps_used=exc.steps_used)
     except Exception as exc:

@@ -20,7 +20,7 @@ from ._journals import BatchJournal, LoopFactory, journal_of
 from ._results import BatchResult, ProgressFn
 from .runner import Backend, execute
 
-__all__ = ["StalledRun", "find_stalled", "recover"]
+__all__ = ["StalledRun", "deny_expired", "find_stalled", "recover"]
 
 StallReason = Literal["lease_expired", "unowned", "leased"]
 
@@ -92,6 +92,36 @@ async def find_stalled(
     return out
 
 
+async def deny_expired(
+    journal: BatchJournal, *, now: float | None = None, by: str = "polyloop recover"
+) -> list[str]:
+    """Deny, reason "timed out", every pending approval whose request has expired
+    (``Loop(approval_timeout_s=...)``), as a person would with ``Loop.deny``; the ids of the
+    runs denied (a resume then records the action ``not_executed`` and goes on). A decision
+    someone made meanwhile stands. Runs parked without an expiry are left alone."""
+    from polyloop import AlreadyDecided, NotAwaitingApproval
+    from polyloop.types import ApprovalDecided
+
+    pending = getattr(journal, "pending_approvals", None)
+    decide = getattr(journal, "decide", None)
+    if pending is None or decide is None:
+        return []
+    when = time.time() if now is None else now
+    denied = []
+    for row in await pending():
+        expires = row["expires_at"]
+        if expires is None or float(expires) > when:
+            continue
+        decision = ApprovalDecided(row["step_idx"], row["op_id"], False, "timed out", by, when)
+        try:
+            standing = await decide(row["run_id"], decision)
+        except (AlreadyDecided, NotAwaitingApproval):
+            continue
+        if standing.by == by and standing.decided_at == when:
+            denied.append(row["run_id"])
+    return denied
+
+
 async def recover(
     journal: BatchJournal | str,
     make_loop: LoopFactory,
@@ -104,19 +134,24 @@ async def recover(
     actor_options: Mapping[str, Any] | None = None,
     max_task_retries: int = 3,
 ) -> BatchResult:
-    """One sweep: :func:`find_stalled`, then resume each of those runs to its end
-    (:func:`execute`, same arguments). Returns what it did, one outcome per run found:
-    ``ended`` (recovered), ``leased`` (a live execution has it: left alone), ``error``.
+    """One sweep: :func:`deny_expired` (approvals past their expiry), :func:`find_stalled`,
+    then resume each of those runs to its end (:func:`execute`, same arguments). Runs parked
+    awaiting a person's decision (``runs.status = 'awaiting_approval'``) are left alone: they
+    are not stalled. Returns what it did, one outcome per run resumed: ``ended`` (recovered),
+    ``leased`` (a live execution has it: left alone), ``error``.
 
     Example (after the batch driver was killed)::
 
         result = await recover(SQLiteJournal("runs.db"), make_loop, older_than_s=0)
     """
     async with journal_of(journal) as opened:
+        denied = await deny_expired(opened)
         stalled = await find_stalled(opened, older_than_s=older_than_s)
+        ids = [s.run_id for s in stalled]
+        ids += [r for r in denied if r not in ids]
         return await execute(
             opened,
-            [s.run_id for s in stalled],
+            ids,
             make_loop,
             concurrency=concurrency,
             backend=backend,

@@ -29,7 +29,7 @@ MEANINGS: dict[ExitCode, str] = {  # one line each in ``--help``: at most 70 cha
     ExitCode.USAGE: "usage error: unknown command or option, missing or unknown value",
     ExitCode.BUDGET: "a budget stop: step/action/token/cost/time_budget, context_overflow",
     ExitCode.ERROR_STOP: "an error stop: llm_error, env_error, parse_failed_repeatedly",
-    ExitCode.NEEDS_HUMAN: "needs a human: resume_state_unknown, repeated_failure, escalated",
+    ExitCode.NEEDS_HUMAN: "needs a human: resume_state_unknown/repeated_failure/escalated/parked",
     ExitCode.UNKNOWN_REASON: "a stop reason this version does not know",
     ExitCode.NOT_ALL_ENDED: "batch, recover: some runs did not end (listed; re-run to go on)",
     ExitCode.DAMAGED: "check: the journal file is damaged (the line says how to recover)",

@@ -105,6 +105,19 @@ class Progress:
         for line in test_edit_lines(result.test_edits, str(result.stop_reason)):
             self.line(line)
 
+    def parked(self, exc: Any, journal: Path | None) -> None:
+        """A run parked until a person decides (``ApprovalRequired``)."""
+        where = f" --journal {journal}" if journal else ""
+        self.line(
+            f"awaiting approval: run {exc.run_id} step {exc.step_idx} wants "
+            f"{exc.tool_name or 'an action'} {exc.args_json or ''}"
+        )
+        self.line(
+            f"  approve: polyloop approve {exc.run_id} {exc.op_id}{where}   "
+            f"deny: polyloop deny {exc.run_id} {exc.op_id} --reason TEXT{where}   "
+            f"then: polyloop resume {exc.run_id}{where}"
+        )
+
     def detached(self, run_id: str, journal: Path | None) -> None:
         where = f" --journal {journal}" if journal else ""
         self.line(f"detached: run {run_id} stays resumable: polyloop resume {run_id}{where}")

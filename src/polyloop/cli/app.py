@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -20,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from polyloop import (
+    ApprovalRequired,
     EscalationReport,
     Limits,
     Loop,
@@ -487,6 +489,9 @@ def _drive(
             except BadInput as exc:
                 raise _fail(str(exc)) from None
         result = _call(go)
+    except ApprovalRequired as exc:  # parked until a person decides
+        printer.parked(exc, journal_path)
+        raise typer.Exit(ExitCode.NEEDS_HUMAN) from None
     except RunDetached as exc:
         printer.detached(exc.run_id, journal_path)
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -572,34 +577,46 @@ class _NoModel:
         raise RuntimeError("polyloop stop and cancel never call a model")
 
 
-def _request(
-    journal: str | None, run_id: str, kind: str, reason: str | None, by: str | None
-) -> None:
-    """Store a request to end ``run_id`` and print what it did, in one line (exit 0 whatever
-    it did; 1 for no such run or a journal that cannot be written)."""
+def _on_journal(
+    journal: str | None, run_id: str | None, act: Callable[[Loop], Coroutine[Any, Any, T]]
+) -> T:
+    """``act(loop)`` with a Loop on the journal that calls no model (for the commands that
+    only write requests and decisions); library errors, a missing extra and no such run are
+    one line and exit code 1."""
     from polyloop import RunNotFound
     from polyloop.batch import open_journal as open_spec
 
     spec = _journal_spec(journal, must_exist=True)
 
-    async def go() -> Any:
+    async def go() -> T:
         j = open_spec(spec)
         try:
-            loop = Loop(_NoModel(), journal=j)
             try:
-                if kind == "stop":
-                    assert reason is not None
-                    return await loop.stop(run_id, reason, by=by)
-                return await loop.cancel(run_id, reason=reason, by=by)
+                return await act(Loop(_NoModel(), journal=j))
             except RunNotFound:
                 raise BadInput(f"no run {run_id!r} in {spec}") from None
         finally:
             await j.aclose()
 
     try:
-        answer = _call(go)
+        return _call(go)
     except (ImportError, ValueError) as exc:  # a missing extra (psycopg), a bad value
         raise _fail(str(exc).splitlines()[0]) from None
+
+
+def _request(
+    journal: str | None, run_id: str, kind: str, reason: str | None, by: str | None
+) -> None:
+    """Store a request to end ``run_id`` and print what it did, in one line (exit 0 whatever
+    it did; 1 for no such run or a journal that cannot be written)."""
+
+    async def act(loop: Loop) -> Any:
+        if kind == "stop":
+            assert reason is not None
+            return await loop.stop(run_id, reason, by=by)
+        return await loop.cancel(run_id, reason=reason, by=by)
+
+    answer = _on_journal(journal, run_id, act)
     print(answer.describe(), flush=True)
     raise typer.Exit(0)
 
@@ -647,6 +664,91 @@ def cancel(
     Example: polyloop cancel 3f2a… --reason "wrong goal" --journal postgresql://host/db
     """
     _request(journal, run_id, "cancel", reason, by)
+
+
+def _decide(
+    journal: str | None, run_id: str, op_id: str, approved: bool, note: str | None, by: str | None
+) -> None:
+    """Journal a decision and print it in one line (exit 0; 1 when someone decided first,
+    nothing awaits a decision, or no such run)."""
+    from polyloop import AlreadyDecided
+
+    async def act(loop: Loop) -> Any:
+        try:
+            if approved:
+                return await loop.approve(run_id, op_id, note=note, by=by)
+            assert note is not None
+            return await loop.deny(run_id, op_id, reason=note, by=by)
+        except AlreadyDecided as exc:
+            raise BadInput(str(exc)) from None
+
+    decision = _on_journal(journal, run_id, act)
+    print(f"run {run_id}: {decision.describe()}; continue it: polyloop resume {run_id}", flush=True)
+    raise typer.Exit(0)
+
+
+@app.command()
+def pending(journal: RequestJournalOpt = None) -> None:
+    """List the actions awaiting a person's approval (runs parked with status
+    `awaiting_approval`), oldest first: run, step, op_id, tool and arguments. Read-only.
+
+    Example: polyloop pending --journal polyloop.db
+    """
+
+    async def act(loop: Loop) -> list[dict[str, Any]]:
+        return await loop.pending_approvals()
+
+    rows = _on_journal(journal, None, act)
+    if not rows:
+        print("no action awaits approval", flush=True)
+    for row in rows:
+        expires = "" if row["expires_at"] is None else f"  expires {_when(row['expires_at'])}"
+        print(
+            f"{row['run_id']}  step {row['step_idx']}  op_id {row['op_id']}  "
+            f"{row['tool_name'] or row['action']} {row['args_json'] or ''}  "
+            f"requested {_when(row['requested_at'])}{expires}",
+            flush=True,
+        )
+    raise typer.Exit(0)
+
+
+@app.command()
+def approve(
+    run_id: Annotated[str, typer.Argument(help="The parked run.")],
+    op_id: Annotated[str, typer.Argument(help="The op_id of its pending action.")],
+    note: Annotated[str | None, typer.Option("--note", help="For the record.")] = None,
+    journal: RequestJournalOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Approve the action a parked run awaits (`polyloop pending` lists them); then
+    `polyloop resume RUN_ID` executes it. Exactly one decision per action: exit code 1 and one
+    line naming who decided, when someone decided first.
+
+    Example: polyloop approve 3f2a… 9b1c… --by alice --journal polyloop.db
+    """
+    _decide(journal, run_id, op_id, True, note, by)
+
+
+@app.command()
+def deny(
+    run_id: Annotated[str, typer.Argument(help="The parked run.")],
+    op_id: Annotated[str, typer.Argument(help="The op_id of its pending action.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why; the model is shown it (required).")],
+    journal: RequestJournalOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Deny the action a parked run awaits: `polyloop resume RUN_ID` records it not executed,
+    the model seeing the reason, and the run goes on. Exit code 1 when someone decided first.
+
+    Example: polyloop deny 3f2a… 9b1c… --reason "not to customers" --journal polyloop.db
+    """
+    if not reason.strip():
+        raise _fail("deny --reason must not be empty (the model is shown it)")
+    _decide(journal, run_id, op_id, False, reason, by)
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 _STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
@@ -1094,6 +1196,7 @@ def recover(
     import json as _json
 
     from polyloop.batch import BatchResult, execute, find_stalled, open_journal
+    from polyloop.batch.sweeper import deny_expired
 
     from ._setup import OpenJournal
 
@@ -1118,9 +1221,16 @@ def recover(
     spec = _journal_spec(journal, must_exist=True)
     progress = _BatchProgress()
 
+    parked: list[Any] = []
+
     async def go() -> tuple[list[Any], list[Any], Any]:
         j = open_journal(spec)
         try:
+            if not dry_run:  # approvals past their expiry: denied, "timed out"
+                await deny_expired(j)
+            pending = getattr(j, "pending_approvals", None)
+            if pending is not None:
+                parked.extend(await pending())
             stalled = await find_stalled(j, older_than_s=older_than)
             groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
             skipped = []
@@ -1162,6 +1272,11 @@ def recover(
         if (n := sum(s.why == why for s in stalled))
     )
     print(f"found {len(stalled)} runs not ended" + (f" ({kinds})" if kinds else ""), flush=True)
+    if parked:
+        print(
+            f"left alone: {len(parked)} runs awaiting approval (polyloop pending lists them)",
+            flush=True,
+        )
     if dry_run:
         for s in stalled:
             print(f"  {s.run_id}  {s.why}  {s.steps_used} steps", flush=True)

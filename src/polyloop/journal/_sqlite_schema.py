@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("polyloop")
 
-JOURNAL_SCHEMA_VERSION = "1.3"
+JOURNAL_SCHEMA_VERSION = "1.4"
 """Version of the table schema. A newer minor adds only what an older reader can ignore; a
 file with another major version is refused (``JournalError``), never modified. A writer that
 opens a journal of an older minor migrates it (adds what the minors since then added, see
@@ -36,7 +36,9 @@ nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd``, the run's tota
 ``runs.tokens_used``, ``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end
 record; NULL before) and ``runs.request``, ``request_reason``, ``requested_by``,
 ``requested_at`` (all nullable: a request to end the run, see
-:class:`polyloop.types.EndRequest`)."""
+:class:`polyloop.types.EndRequest`); 1.4 lets ``runs.status`` be ``'awaiting_approval'`` (a run
+parked until a person decides on an action: its CHECK constraint is widened in place, which
+changes no stored row)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -49,7 +51,7 @@ _RUNS_DDL = """CREATE TABLE runs (
     run_id TEXT PRIMARY KEY NOT NULL,
     owner TEXT,
     lease_expires_at REAL,
-    status TEXT NOT NULL CHECK (status IN ('running', 'ended')),
+    status TEXT NOT NULL CHECK (status IN ('running', 'ended', 'awaiting_approval')),
     stop_reason TEXT,
     steps_used INTEGER NOT NULL DEFAULT 0,
     actions_executed INTEGER NOT NULL DEFAULT 0,
@@ -167,6 +169,16 @@ _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, crea
     journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
     VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (run_id) DO NOTHING"""
+# A person's decision on a parked run's action (journal schema 1.4, SQLiteJournal.decide).
+_APPROVAL_RECORDS = """SELECT body FROM journal
+    WHERE run_id = ? AND kind IN ('approval_requested', 'approval_decided') ORDER BY seq"""
+# Each parked run's last request and the action intent written just before it.
+_PENDING_APPROVALS = """SELECT r.run_id, a.body, i.body FROM runs AS r
+    JOIN journal AS a ON a.run_id = r.run_id AND a.kind = 'approval_requested'
+        AND a.seq = (SELECT max(seq) FROM journal
+                     WHERE run_id = r.run_id AND kind = 'approval_requested')
+    JOIN journal AS i ON i.run_id = r.run_id AND i.seq = a.seq - 1
+    WHERE r.status = 'awaiting_approval'"""
 _INSERT_JOURNAL = "INSERT INTO journal (run_id, seq, kind, body, written_at) VALUES (?, ?, ?, ?, ?)"
 _INSERT_STEP = (
     f"INSERT INTO steps (run_id, {', '.join(_STEP_NAMES)}) VALUES (?{', ?' * len(_STEP_NAMES)})"
@@ -475,6 +487,8 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
                 have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
                 if minor > _minor(old) and column not in have:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            if _minor(old) < 4:
+                _widen_status(conn)
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'journal_schema_version'",
                 (JOURNAL_SCHEMA_VERSION,),
@@ -490,6 +504,29 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
             old,
             JOURNAL_SCHEMA_VERSION,
         )
+
+
+_OLD_STATUS_CHECK = "CHECK (status IN ('running', 'ended'))"
+_NEW_STATUS_CHECK = "CHECK (status IN ('running', 'ended', 'awaiting_approval'))"
+
+
+def _widen_status(conn: sqlite3.Connection) -> None:
+    """Journal schema 1.4: let ``runs.status`` hold ``'awaiting_approval'``. A CHECK constraint
+    that admits more values changes no stored row, so the table's definition is edited in
+    place, as SQLite's documentation describes for such changes (ALTER TABLE, "making other
+    kinds of table schema changes"), and the schema cookie is bumped so every connection reads
+    the new definition. Runs inside the migration's transaction."""
+    (cookie,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("PRAGMA writable_schema = ON")
+    try:
+        conn.execute(
+            "UPDATE sqlite_master SET sql = replace(sql, ?, ?) "
+            "WHERE type = 'table' AND name = 'runs'",
+            (_OLD_STATUS_CHECK, _NEW_STATUS_CHECK),
+        )
+        conn.execute(f"PRAGMA schema_version = {int(cookie) + 1}")
+    finally:
+        conn.execute("PRAGMA writable_schema = OFF")
 
 
 def _create_schema(conn: sqlite3.Connection, path: str) -> None:

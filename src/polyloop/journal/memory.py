@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..types import (
+    ActionIntent,
+    ApprovalDecided,
+    ApprovalRequested,
     EndRequest,
     Lease,
     LeaseLost,
@@ -20,6 +23,7 @@ from ..types import (
     RunSpec,
     StepWritten,
 )
+from . import _approvals
 from ._owner import new_owner, owner_is_dead
 from ._state import run_state
 
@@ -36,6 +40,7 @@ class _Run:
     actions_executed: int = 0
     end: RunEnd | None = None
     request: EndRequest | None = None
+    awaiting: bool = False  # parked until a person decides (runs.status 'awaiting_approval')
 
 
 class MemoryJournal:
@@ -136,6 +141,32 @@ class MemoryJournal:
         _extend(run, (record,))
         return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
 
+    async def decide(self, run_id: str, decision: ApprovalDecided) -> ApprovalDecided:
+        """The ``Approvals`` seam (:class:`polyloop.seams.Approvals`). Atomic (no await)."""
+        run = self._get(run_id)
+        approvals = [r for r in run.records if isinstance(r, ApprovalRequested | ApprovalDecided)]
+        standing = _approvals.answer(run_id, decision, approvals, ended=run.end is not None)
+        if standing is not None:
+            return standing
+        written = _approvals.to_write(decision, approvals)
+        _extend(run, (written,))
+        return written
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """The ``Approvals`` seam: the actions awaiting a decision, oldest request first."""
+        rows = []
+        for run_id, run in self._runs.items():
+            if not run.awaiting:
+                continue
+            requested = next(r for r in reversed(run.records) if isinstance(r, ApprovalRequested))
+            intent = next(
+                r
+                for r in reversed(run.records)
+                if isinstance(r, ActionIntent) and r.op_id == requested.op_id
+            )
+            rows.append(_approvals.pending_row(run_id, requested, intent))
+        return sorted(rows, key=lambda row: row["requested_at"])
+
     async def release(self, lease: Lease) -> None:
         run = self._runs.get(lease.run_id)
         if run is not None and run.owner == lease.owner:
@@ -177,17 +208,28 @@ def _extend(run: _Run, records: Sequence[Record]) -> None:
         if isinstance(r, StepWritten):
             run.steps_used += 1
             run.actions_executed += r.step.action_status == "executed"
+        elif isinstance(r, ApprovalRequested):
+            run.awaiting = True
+        elif isinstance(r, ApprovalDecided):
+            run.awaiting = False
         elif isinstance(r, RunEnd):
             run.owner = None
+            run.awaiting = False
             run.end = r
             run.steps_used, run.actions_executed = r.steps_used, r.actions_executed
+
+
+def _status(run: _Run) -> str:
+    if run.end is not None:
+        return "ended"
+    return "awaiting_approval" if run.awaiting else "running"
 
 
 def _listed(run: _Run) -> dict[str, Any]:
     spec, end, req = run.spec, run.end, run.request
     return {
         "run_id": spec.run_id,
-        "status": "running" if end is None else "ended",
+        "status": _status(run),
         "stop_reason": None if end is None else end.stop_reason.value,
         "stop_detail": None if end is None else end.stop_detail,
         "final_answer": None if end is None else end.final_answer,

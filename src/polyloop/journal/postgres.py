@@ -81,6 +81,9 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
 
 from ..types import (
     STEP_SCHEMA_VERSION,
+    ActionIntent,
+    ApprovalDecided,
+    ApprovalRequested,
     ConfigError,
     EndRequest,
     JournalError,
@@ -97,8 +100,10 @@ from ..types import (
     StepRecord,
     canonical_json,
     import_extra,
+    record_from_dict,
+    record_json,
 )
-from . import _sqlite_schema, sqlite
+from . import _approvals, _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
 from ._sqlite_schema import (
     _ADDED_COLUMNS,
@@ -156,7 +161,7 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("owner", "TEXT"),
         ("lease_expires_at", "DOUBLE PRECISION"),
         ("version", "BIGINT NOT NULL DEFAULT 0"),
-        ("status", "TEXT NOT NULL CHECK (status IN ('running', 'ended'))"),
+        ("status", f"TEXT NOT NULL {_sqlite_schema._NEW_STATUS_CHECK}"),
         ("stop_reason", "TEXT"),
         ("steps_used", "INTEGER NOT NULL DEFAULT 0"),
         ("actions_executed", "INTEGER NOT NULL DEFAULT 0"),
@@ -339,6 +344,10 @@ _LAST_SEQ = _pg(_sqlite_schema._LAST_SEQ)
 _TAKE_TO_END = """UPDATE runs SET owner = %s, lease_expires_at = NULL, version = version + 1
     WHERE run_id = %s"""
 _RELEASE = _pg(_sqlite_schema._RELEASE)
+# A person's decision (journal schema 1.4): the run row locked while it is decided.
+_APPROVAL_STATE = "SELECT status FROM runs WHERE run_id = %s FOR UPDATE"
+_APPROVAL_RECORDS = _pg(_sqlite_schema._APPROVAL_RECORDS)
+_PENDING_APPROVALS = _sqlite_schema._PENDING_APPROVALS
 _LEASE_OF = _pg(_sqlite_schema._LEASE_OF)
 _END_PENDING = _pg(_sqlite_schema._END_PENDING)
 _END_RUN = _pg(_sqlite_schema._END_RUN)
@@ -690,6 +699,51 @@ class PostgresJournal:
 
         return await self._guarded(run())
 
+    async def decide(self, run_id: str, decision: ApprovalDecided) -> ApprovalDecided:
+        """The ``Approvals`` seam (:class:`polyloop.seams.Approvals`), as
+        :meth:`SQLiteJournal.decide` does it, in one transaction holding the run row's lock
+        (``SELECT ... FOR UPDATE``): two deciders racing wait for each other, and exactly one
+        decision is written."""
+
+        async def run() -> ApprovalDecided:
+            written_at = self._clock() if self._clock is not None else time.time()
+            async with self._connection() as conn, conn.transaction():
+                cur = await conn.execute(_APPROVAL_STATE, (run_id,))
+                row = await cur.fetchone()
+                if row is None:
+                    raise RunNotFound(run_id)
+                cur = await conn.execute(_APPROVAL_RECORDS, (run_id,))
+                approvals = [record_from_dict(json.loads(b)) for (b,) in await cur.fetchall()]
+                standing = _approvals.answer(run_id, decision, approvals, ended=row[0] == "ended")
+                if standing is not None:
+                    return standing
+                written = _approvals.to_write(decision, approvals)
+                cur = await conn.execute(_LAST_SEQ, (run_id,))
+                last = await cur.fetchone()
+                nxt = (last[0] if last is not None and last[0] is not None else 0) + 1
+                await conn.execute(
+                    _PG_INSERT_JOURNAL,
+                    (run_id, nxt, written.kind, _no_nul(record_json(written)), written_at),
+                )
+                await conn.execute(
+                    "UPDATE runs SET status = 'running' WHERE run_id = %s", (run_id,)
+                )
+            return written
+
+        return await self._guarded(run())
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """The ``Approvals`` seam: the actions awaiting a decision, oldest request first."""
+        async with self._connection() as conn:
+            cur = await conn.execute(_PENDING_APPROVALS)
+            rows = await cur.fetchall()
+        out = []
+        for run_id, requested, intent in rows:
+            a, i = record_from_dict(json.loads(requested)), record_from_dict(json.loads(intent))
+            assert isinstance(a, ApprovalRequested) and isinstance(i, ActionIntent)
+            out.append(_approvals.pending_row(run_id, a, i))
+        return sorted(out, key=lambda row: row["requested_at"])
+
     async def release(self, lease: Lease) -> None:
         await self._guarded(self._release(lease))
 
@@ -992,6 +1046,8 @@ class PostgresJournal:
                 await cur.execute(_PG_INSERT_INTENT, args)
             else:
                 await cur.execute(_PG_UPSERT_CALL, _clean(args))
+        if p.status is not None:
+            await cur.execute("UPDATE runs SET status = %s WHERE run_id = %s", (p.status, run_id))
         end = p.end
         if end is not None:
             await cur.execute(_END_PENDING, (run_id,))
@@ -1128,6 +1184,12 @@ class PostgresJournal:
                     await conn.execute(
                         f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_pg_decl(decl)}"
                     )
+            if _minor(old) < 4:  # 1.4: runs.status may be 'awaiting_approval'
+                await conn.execute("ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_status_check")
+                await conn.execute(
+                    "ALTER TABLE runs ADD CONSTRAINT runs_status_check "
+                    + _sqlite_schema._NEW_STATUS_CHECK
+                )
             await conn.execute(
                 "UPDATE meta SET value = %s WHERE key = 'journal_schema_version'",
                 (JOURNAL_SCHEMA_VERSION,),

@@ -93,6 +93,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ..types import (
+    ActionIntent,
+    ApprovalDecided,
+    ApprovalRequested,
     ConfigError,
     EndRequest,
     ErrorInfo,
@@ -120,10 +123,12 @@ from ..types import (
     record_from_dict,
     record_json,
 )
+from . import _approvals
 from ._owner import new_owner, owner_is_dead
 from ._sqlite_check import IntegrityReport, check_integrity
 from ._sqlite_damage import _Health
 from ._sqlite_schema import (
+    _APPROVAL_RECORDS,
     _COUNT_STEPS,
     _END_PENDING,
     _END_RUN,
@@ -134,6 +139,7 @@ from ._sqlite_schema import (
     _LAST_SEQ,
     _LEASE_OF,
     _MARK_UNCERTAIN,
+    _PENDING_APPROVALS,
     _READ_RECORDS,
     _READ_RUN,
     _READ_STEPS,
@@ -333,6 +339,9 @@ class _Append:
     end: RunEnd | None = None
     executed: int = 0
     """How many of ``steps`` have ``action_status = 'executed'`` (for the run's counters)."""
+    status: str | None = None
+    """``'awaiting_approval'`` when an ``ApprovalRequested`` is among the records (the run
+    parks), ``'running'`` for an ``ApprovalDecided``; else None (unchanged)."""
 
 
 def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
@@ -350,6 +359,10 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                 p.executed += step.action_status == "executed"
             case RunEnd():
                 p.end = r
+            case ApprovalRequested():
+                p.status = "awaiting_approval"
+            case ApprovalDecided():
+                p.status = "running"
             case _:
                 pass
     return p
@@ -399,6 +412,8 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
                 conn.execute(_INSERT_INTENT, args)
             else:
                 conn.execute(_UPSERT_CALL, args)
+        if p.status is not None:
+            conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (p.status, run_id))
         end = p.end
         if end is None:
             seqs.set(run_id, (owner, nxt + len(p.rows)))
@@ -687,6 +702,51 @@ class SQLiteJournal:
 
         answer: RequestResult | None = await self._write(run, run_id)
         return answer
+
+    async def decide(self, run_id: str, decision: ApprovalDecided) -> ApprovalDecided:
+        """The ``Approvals`` seam (:class:`polyloop.seams.Approvals`): in one transaction
+        under the write lock, read the run's approval records and append ``decision`` only if
+        its action awaits one (setting ``runs.status`` back to ``'running'``), so two deciders
+        racing, in any processes, are decided one after the other. Needs no lease: a parked run
+        has no owner, and nothing else writes to it while it waits."""
+        clock = self._clock
+
+        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> ApprovalDecided:
+            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(run_id)
+            bodies = conn.execute(_APPROVAL_RECORDS, (run_id,)).fetchall()
+            approvals = [record_from_dict(json.loads(body)) for (body,) in bodies]
+            standing = _approvals.answer(run_id, decision, approvals, ended=row[0] == "ended")
+            if standing is not None:
+                return standing
+            written = _approvals.to_write(decision, approvals)
+            nxt = conn.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
+            ).fetchone()[0]
+            conn.execute(
+                _INSERT_JOURNAL, (run_id, nxt, written.kind, record_json(written), clock())
+            )
+            conn.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
+            seqs.set(run_id, None)
+            return written
+
+        decided: ApprovalDecided = await self._write(run, run_id)
+        return decided
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """The ``Approvals`` seam: the actions awaiting a decision (runs with ``status =
+        'awaiting_approval'``), oldest request first. Read-only."""
+
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            out = []
+            for run_id, requested, intent in conn.execute(_PENDING_APPROVALS).fetchall():
+                a, i = record_from_dict(json.loads(requested)), record_from_dict(json.loads(intent))
+                assert isinstance(a, ApprovalRequested) and isinstance(i, ActionIntent)
+                out.append(_approvals.pending_row(run_id, a, i))
+            return sorted(out, key=lambda row: row["requested_at"])
+
+        return await asyncio.to_thread(self._readers.run, read)
 
     async def release(self, lease: Lease) -> None:
         await self._write(_release_fn(lease), lease.run_id)

@@ -147,7 +147,7 @@ async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
         return await end_unknown(d, intent, policy)
     d._intent_written = sc  # from here a cancellation reports its outcome unknown
     if policy is ReplayPolicy.reconcile:
-        ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id)
+        ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id, sc.approved_by)
         try:
             checked = d.cfg.environment.reconcile(intent.action, ctx)
             if not inspect.isawaitable(checked):
@@ -174,7 +174,7 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
         # caught earlier only costs this yield.
         await asyncio.sleep(0)
     intent = sc.intent
-    ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id)
+    ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id, sc.approved_by)
     if d._observers:
         d._emit(
             ActionStarted(

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..seams import Context
+from ..seams import Approvals, Context
 from ..types import (
+    AlreadyDecided,
+    ApprovalDecided,
     ConfigError,
     EndRequest,
     JournalError,
@@ -136,6 +138,43 @@ class Kernel:
                 driver.take_request(answer.request or asked)
 
         return await request_end(self.cfg.journal, self.cfg.clock, run_id, asked, deliver)
+
+    async def decide(
+        self, run_id: str, op_id: str, approved: bool, note: str | None, by: str | None
+    ) -> ApprovalDecided:
+        """Journal a person's decision on a parked run's action (:mod:`.approving`)."""
+        verb = "Loop.approve" if approved else "Loop.deny"
+        journal = self._approvals(verb)
+        _refuse_invalid_text(verb, run_id=run_id, op_id=op_id, note=note, by=by)
+        if not isinstance(op_id, str) or not op_id:
+            raise ConfigError(f"{verb}: op_id must be the pending action's op_id, got {op_id!r}")
+        if not approved and not (isinstance(note, str) and note.strip()):
+            raise ConfigError(f"{verb}: give a reason (the model is shown it)")
+        if note is not None and not isinstance(note, str):
+            raise ConfigError(f"{verb}: the note must be a str, got {type(note).__name__}")
+        mine = ApprovalDecided(0, op_id, approved, note, by or default_by(), self.cfg.clock.time())
+        standing = await journal.decide(run_id, mine)
+        if (standing.approved, standing.note, standing.by, standing.decided_at) != (
+            mine.approved,
+            mine.note,
+            mine.by,
+            mine.decided_at,
+        ):
+            raise AlreadyDecided(run_id, standing)
+        return standing
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        return await self._approvals("Loop.pending_approvals").pending_approvals()
+
+    def _approvals(self, verb: str) -> Approvals:
+        journal = self.cfg.journal
+        if not isinstance(journal, Approvals):
+            raise ConfigError(
+                f"{verb}: the journal {type(journal).__name__} cannot take approval decisions "
+                "(it has no decide/pending_approvals); use the memory, SQLite or PostgreSQL "
+                "journal"
+            )
+        return journal
 
     async def _drive(self, driver: RunDriver, interrupted: Any) -> RunResult:
         self._active[driver.run_id] = driver

@@ -17,6 +17,9 @@ from ..types import (
     ActionIntent,
     ActionResult,
     ActionStatus,
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovedActionStarted,
     FailureKnown,
     FailureSeen,
     GuardVerdict,
@@ -68,6 +71,13 @@ class Interrupted:
     replaced: int = 0
     """Code points replaced in this step's text before its action result (the counts of its
     failed attempts, model result and action intent), for its ``replaced_chars``."""
+    approval: ApprovalRequested | None = None
+    """The action intent awaited a person's decision (the run parked on it)."""
+    decision: ApprovalDecided | None = None
+    """That decision, once made."""
+    approved_started: bool = False
+    """An execution began acting on the approval (``ApprovedActionStarted``): the action may
+    have happened since."""
 
 
 @dataclass
@@ -203,6 +213,8 @@ def replay(
                 if cur is None or cur.action_intent is None or cur.action_intent.op_id != rec.op_id:
                     raise _out_of_order(run_id, seq, "action result without its action intent")
                 cur.action_result = rec
+            case ApprovalRequested() | ApprovalDecided() | ApprovedActionStarted():
+                _approval(run_id, seq, rec, cur, st)
             case StepWritten(step, active_s):
                 if active_s is not None:
                     st.active_s = active_s
@@ -234,6 +246,34 @@ def replay(
                 pass  # what the ledger concluded: rebuilt above, from the outcomes
     st.interrupted = cur
     return st
+
+
+def _approval(
+    run_id: str,
+    seq: int,
+    rec: ApprovalRequested | ApprovalDecided | ApprovedActionStarted,
+    cur: Interrupted | None,
+    st: Replayed,
+) -> None:
+    """An approval record: it must follow its action intent, in order (requested, decided,
+    started), before the action's result."""
+    intent = None if cur is None else cur.action_intent
+    if cur is None or intent is None or intent.op_id != rec.op_id or cur.action_result:
+        raise _out_of_order(run_id, seq, f"{rec.kind} without its pending action intent")
+    if isinstance(rec, ApprovalRequested):
+        if cur.approval is not None:
+            raise _out_of_order(run_id, seq, "a second approval request for one action")
+        cur.approval = rec
+        if rec.active_s is not None:
+            st.active_s = rec.active_s
+    elif isinstance(rec, ApprovalDecided):
+        if cur.approval is None or cur.decision is not None:
+            raise _out_of_order(run_id, seq, "a decision without a pending approval request")
+        cur.decision = rec
+    else:
+        if cur.decision is None or not cur.decision.approved or cur.approved_started:
+            raise _out_of_order(run_id, seq, "an approved action started without approval")
+        cur.approved_started = True
 
 
 def _turn_parts(step: StepRecord, cur: Interrupted | None) -> tuple[ModelReply | None, int]:

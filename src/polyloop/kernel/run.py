@@ -40,9 +40,11 @@ from ..seams import (
     Journal,
     Model,
     ModelChain,
+    NeedsApproval,
     model_name,
 )
 from ..types import (
+    DEFAULT_TEMPLATES,
     Action,
     ActionIntent,
     ActionResult,
@@ -76,7 +78,7 @@ from ..types import (
     StopReason,
     ToolSpec,
 )
-from . import acting, guarding, liveness, stopping
+from . import acting, approving, guarding, liveness, stopping
 from . import model_call as calling
 from . import wrap_up as wrapping
 from .ids import new_id
@@ -120,6 +122,11 @@ class KernelConfig:
     report_hook: ReportHook | None = None
     """``Loop(report_hook=...)``: adds the caller's directions to an escalation report."""
     end_write_timeout_s: float = 10.0
+    approval_timeout_s: float | None = None
+    """``Loop(approval_timeout_s=...)``: an approval request expires after this many seconds
+    (a sweeper may then deny it, reason "timed out"); None: never."""
+    approval_denied: str = DEFAULT_TEMPLATES.approval_denied
+    """The observation of a denied action (``Templates.approval_denied``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +142,7 @@ class StepCtx:
     replaced: int  # code points replaced in this step before the action's outcome
     resumed: bool = False  # the intent was found without a result: it may have run already
     model: str | None = None  # the name of the model that answered
+    approved_by: str | None = None  # who approved the action (it needed approval)
 
 
 def tool_names(specs: Sequence[ToolSpec]) -> frozenset[str]:
@@ -173,6 +181,9 @@ class RunDriver:
         self.resumed = resumed
         self.detach_requested = False
         self._observers = cfg.observers
+        self._needs_approval = (
+            cfg.environment.needs_approval if isinstance(cfg.environment, NeedsApproval) else None
+        )
         self._ended = False
         # The action in flight, in its own task: from its start until its result is durable.
         self._action_task: asyncio.Future[Outcome] | None = None
@@ -291,6 +302,8 @@ class RunDriver:
         )
         if it.action_result is not None:  # result without step: build the step, never re-run
             return await acting.settle(self, sc, it.action_result, durable=True)
+        if it.approval is not None:  # it awaited a person's decision
+            return await approving.resume(self, sc, it)
         return await acting.replay_action(self, sc)
 
     async def _call_again(
@@ -412,6 +425,8 @@ class RunDriver:
         sc = StepCtx(
             step_idx, t0, prompt_chars, reply, call_id, intent, replaced + bad, False, model
         )
+        if self._needs_approval is not None and self._needs_approval(action):
+            return await approving.park(self, sc, first)  # raises ApprovalRequired
         self._intent_written = sc
         await self._write((*first, intent))
         return await acting.act(self, sc)

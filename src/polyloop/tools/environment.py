@@ -208,6 +208,24 @@ class ToolEnvironment:
         self._validated[id(action)] = (action, tool, values)
         return tool.replay
 
+    def needs_approval(self, action: Action) -> bool:
+        """Whether the action waits for a person's decision (its tool's ``approval=``; the
+        :class:`~polyloop.seams.NeedsApproval` seam). False for an unknown tool or invalid
+        arguments: such an action is never executed, so there is nothing to approve. The
+        kernel asks right after :meth:`replay_policy`, whose validated arguments it reuses."""
+        tool = self._tool(action)
+        if tool is None or tool.approval is False:
+            return False
+        entry = self._validated.get(id(action))
+        if entry is not None and entry[0] is action and entry[1] is tool:
+            values = entry[2]
+        else:
+            try:
+                values = tool.parse_arguments(action.arguments or {})
+            except Exception:
+                return False
+        return tool.needs_approval(values)
+
     async def reconcile(self, action: Action, ctx: ToolContext) -> Outcome | None:
         """Ask the tool's reconcile hook whether the action with ``ctx.op_id`` happened.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 import types
 import typing
@@ -67,6 +68,7 @@ class InvalidArguments(ValueError):
         super().__init__("; ".join(self.problems))
 
 
+log = logging.getLogger("polyloop")
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # Keys whose value maps names to sub-schemas: their keys are names, never the "title" keyword.
 _SCHEMA_MAPS = frozenset(
@@ -121,6 +123,9 @@ class Tool:
         origin: where an external tool comes from (e.g. ``mcp:python -m mcp_server_time``);
             None for a Python tool.
         timeout_s: seconds one call may take (``@tool(timeout_s=...)``); None: no limit.
+        approval: ``@tool(approval=...)``: False (default), True (every call needs a person's
+            approval), or ``approval(arguments) -> bool`` (the validated arguments by
+            parameter name: approval only for the calls it returns True for).
     """
 
     name: str
@@ -136,12 +141,29 @@ class Tool:
     source_file: str | None = field(default=None, repr=False)
     origin: str | None = None
     timeout_s: float | None = None
+    approval: bool | Callable[[dict[str, Any]], bool] = field(default=False, repr=False)
     _validate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = field(
         default=None, repr=False
     )
     _external: ExternalCall | None = field(default=None, repr=False)
     _params: tuple[_Param, ...] = field(default=(), repr=False)
     _call_order: tuple[tuple[str, bool], ...] = field(default=(), repr=False)
+
+    def needs_approval(self, values: dict[str, Any]) -> bool:
+        """Whether the call with these validated arguments waits for a person's decision
+        (``approval``). A callable that raises is taken as True: when unsure, ask."""
+        approval = self.approval
+        if approval is True or approval is False:
+            return approval
+        try:
+            return approval(dict(values)) is True
+        except Exception:
+            log.warning(
+                "tool %r: its approval callable raised; the call needs approval",
+                self.name,
+                exc_info=True,
+            )
+            return True
 
     def parse_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validate the model's arguments; return the validated values by parameter name.
@@ -224,6 +246,7 @@ class ToolRegistry:
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
         timeout_s: float | None = None,
+        approval: bool | Callable[[dict[str, Any]], bool] = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -236,6 +259,7 @@ class ToolRegistry:
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
         timeout_s: float | None = None,
+        approval: bool | Callable[[dict[str, Any]], bool] = False,
     ) -> Any:
         """Register a function as a tool; usable bare (``@registry.tool``) or called
         (``@registry.tool(replay="idempotent")``). Returns the function unchanged.
@@ -251,6 +275,11 @@ class ToolRegistry:
                 executed failure ("timed out after N s; side effects may have happened": it
                 started, so it counts as an action). An async tool is cancelled; a sync tool's
                 thread cannot be stopped and runs on, its result discarded. None: no limit.
+            approval: True: every call waits for a person's decision (the run parks, durably:
+                ``ApprovalRequired``; ``Loop.approve`` / ``Loop.deny`` decide from any
+                process); or ``approval(arguments) -> bool``, called with the validated
+                arguments by parameter name, for approval of some calls only (if it raises,
+                the call needs approval). False (default): none.
 
         Raises:
             ConfigError: see :meth:`register`.
@@ -264,6 +293,7 @@ class ToolRegistry:
                 reconcile=reconcile,
                 completion_marker=completion_marker,
                 timeout_s=timeout_s,
+                approval=approval,
             )
             return f
 
@@ -280,6 +310,7 @@ class ToolRegistry:
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
         timeout_s: float | None = None,
+        approval: bool | Callable[[dict[str, Any]], bool] = False,
     ) -> Tool:
         """Register ``func`` (the non-decorator form of :meth:`tool`); return its :class:`Tool`.
 
@@ -294,8 +325,8 @@ class ToolRegistry:
                 no docstring; it takes ``*args`` or ``**kwargs``; a parameter's type has no JSON
                 schema or its annotation cannot be resolved; the ``Args:`` section documents a
                 parameter that does not exist; ``replay`` is unknown; ``replay="reconcile"``
-                comes without a hook, or a hook without it; ``timeout_s`` is not a number > 0.
-                Nothing is registered then.
+                comes without a hook, or a hook without it; ``timeout_s`` is not a number > 0;
+                ``approval`` is neither a bool nor callable. Nothing is registered then.
         """
         if not callable(func) or inspect.isclass(func):
             raise ConfigError(f"a tool must be a function or a callable object, got {func!r}")
@@ -320,6 +351,7 @@ class ToolRegistry:
             raise ConfigError(
                 f"{where}: timeout_s must be a number of seconds > 0, got {timeout_s!r}"
             )
+        _check_approval(where, approval)
         target = _implementation(func)
         summary, arg_docs = _documentation(where, func, target)
         signature = _Signature.read(where, tool_name, func, target, arg_docs)
@@ -345,6 +377,7 @@ class ToolRegistry:
             context_parameter=signature.context_parameter,
             source_file=code.co_filename if code is not None else None,
             timeout_s=None if timeout_s is None else float(timeout_s),
+            approval=approval,
             _params=signature.params,
             _call_order=signature.call_order,
         )
@@ -364,6 +397,7 @@ class ToolRegistry:
         reconcile: ReconcileHook | None = None,
         completion_marker: bool = False,
         origin: str | None = None,
+        approval: bool | Callable[[dict[str, Any]], bool] = False,
     ) -> Tool:
         """Register a tool that is not a Python function: its JSON schema is given as it is
         (an MCP server's ``inputSchema``, say), ``validate`` checks arguments against it and
@@ -378,7 +412,7 @@ class ToolRegistry:
             parameters: the JSON schema of its arguments object (copied; not checked here).
             validate: ``validate(arguments) -> values``; raises :class:`InvalidArguments`.
             call: ``await call(values, ctx)``; returns what the tool returned.
-            replay, reconcile, completion_marker: as for :meth:`register`.
+            replay, reconcile, completion_marker, approval: as for :meth:`register`.
             origin: where the tool comes from, shown in errors and listings.
 
         Raises:
@@ -397,6 +431,7 @@ class ToolRegistry:
         if not isinstance(parameters, Mapping):
             raise ConfigError(f"{where}: its parameters schema must be a JSON object")
         policy = _replay_policy(where, replay, reconcile)
+        _check_approval(where, approval)
         schema = _json_copy(parameters)
         spec: dict[str, Any] = {
             "type": "function",
@@ -413,6 +448,7 @@ class ToolRegistry:
             completion_marker=bool(completion_marker),
             is_async=True,
             origin=origin,
+            approval=approval,
             _validate=validate,
             _external=call,
         )
@@ -452,6 +488,14 @@ def _json_copy(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_copy(v) for v in value]
     return value
+
+
+def _check_approval(where: str, approval: object) -> None:
+    if not isinstance(approval, bool) and not callable(approval):
+        raise ConfigError(
+            f"{where}: approval must be True, False or approval(arguments) -> bool, "
+            f"got {approval!r}"
+        )
 
 
 def _replay_policy(where: str, replay: object, hook: ReconcileHook | None) -> ReplayPolicy:

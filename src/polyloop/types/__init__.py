@@ -2,6 +2,8 @@
 
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import (
+    AlreadyDecided,
+    ApprovalRequired,
     ConfigError,
     EnvironmentFailure,
     Escalate,
@@ -9,6 +11,7 @@ from ._errors import (
     LeaseLost,
     MalformedValue,
     ModelCallError,
+    NotAwaitingApproval,
     OutcomeUnknown,
     PolyLoopError,
     RunDetached,
@@ -42,6 +45,9 @@ from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._records import (
     ActionIntent,
     ActionResult,
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovedActionStarted,
     ErrorInfo,
     Lease,
     LimitsChanged,
@@ -109,6 +115,11 @@ __all__ = [
     "ActionResult",
     "ActionStarted",
     "ActionStatus",
+    "AlreadyDecided",
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "ApprovalRequired",
+    "ApprovedActionStarted",
     "Complete",
     "ConfigError",
     "Conflict",
@@ -148,6 +159,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "ModelResult",
+    "NotAwaitingApproval",
     "Observer",
     "Outcome",
     "OutcomeUnknown",

@@ -9,6 +9,9 @@
     ├── RunLeased                 another live execution holds the run's lease
     ├── LeaseLost                 this execution lost the lease while advancing the run
     ├── RunDetached               the run was detached (paused) and stays resumable
+    │   └── ApprovalRequired      the run is parked until a person decides on an action
+    ├── AlreadyDecided            approve/deny of an action someone decided first
+    ├── NotAwaitingApproval       approve/deny of an action that awaits no decision
     ├── JournalError              the journal is damaged, foreign, or of an unknown version
     ├── MalformedValue (TypeError, ValueError)
     │                             a value type built with a field that breaks its contract
@@ -25,6 +28,8 @@ import json
 from typing import Any
 
 __all__ = [
+    "AlreadyDecided",
+    "ApprovalRequired",
     "ConfigError",
     "EnvironmentFailure",
     "Escalate",
@@ -32,6 +37,7 @@ __all__ = [
     "LeaseLost",
     "MalformedValue",
     "ModelCallError",
+    "NotAwaitingApproval",
     "OutcomeUnknown",
     "PolyLoopError",
     "RunDetached",
@@ -110,6 +116,65 @@ class RunDetached(PolyLoopError):
         )
         self.run_id = run_id
         self.steps_used = steps_used
+
+
+class ApprovalRequired(RunDetached):
+    """The run is parked until a person approves or denies an action (a tool declared with
+    ``approval=``): its action intent is durable, no end record, no lease held,
+    ``runs.status = 'awaiting_approval'``. Raised by ``Loop.run``/``Loop.resume`` when the run
+    parks, and by ``Loop.resume`` of a parked run with no decision yet (which calls nothing).
+
+    Decide with ``Loop.approve(run_id, op_id)`` / ``Loop.deny(run_id, op_id, reason=...)``
+    (or ``polyloop approve`` / ``polyloop deny``) from any process, then ``Loop.resume``.
+
+    Attributes: ``run_id``, ``steps_used``, ``step_idx``, ``op_id``, ``tool_name``,
+    ``arguments`` (the validated call's arguments as a dict, or None for an action that is not
+    a tool call), ``args_json`` (their canonical JSON), ``expires_at``.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        steps_used: int,
+        *,
+        step_idx: int,
+        op_id: str,
+        tool_name: str | None,
+        arguments: dict[str, object] | None,
+        args_json: str | None,
+        expires_at: float | None = None,
+    ) -> None:
+        PolyLoopError.__init__(
+            self,
+            f"run {run_id!r} awaits approval of {tool_name or 'an action'} {args_json or ''} "
+            f"(op_id={op_id}, step {step_idx}); approve or deny it with Loop.approve/Loop.deny "
+            f"or `polyloop approve {run_id} {op_id}`, then resume it",
+        )
+        self.run_id = run_id
+        self.steps_used = steps_used
+        self.step_idx = step_idx
+        self.op_id = op_id
+        self.tool_name = tool_name
+        self.arguments = arguments
+        self.args_json = args_json
+        self.expires_at = expires_at
+
+
+class AlreadyDecided(PolyLoopError):
+    """``Loop.approve``/``Loop.deny`` on an action that has its decision already: nothing was
+    written. ``decision`` is the one that stands (who decided, when, what)."""
+
+    def __init__(self, run_id: str, decision: object) -> None:
+        describe = getattr(decision, "describe", None)
+        said = describe() if callable(describe) else repr(decision)
+        super().__init__(f"run {run_id!r}: the action was already {said}; nothing was written")
+        self.run_id = run_id
+        self.decision = decision
+
+
+class NotAwaitingApproval(PolyLoopError):
+    """``Loop.approve``/``Loop.deny`` named an action that does not await approval (the run
+    ended, never parked, or parked on another action): nothing was written."""
 
 
 class JournalError(PolyLoopError):

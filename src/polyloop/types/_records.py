@@ -13,6 +13,7 @@ text without any such code point are written exactly as before it existed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
@@ -41,6 +42,9 @@ from ._values import (
 __all__ = [
     "ActionIntent",
     "ActionResult",
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "ApprovedActionStarted",
     "ErrorInfo",
     "Lease",
     "LimitsChanged",
@@ -188,6 +192,55 @@ class StepWritten:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """The action intent before it (same ``op_id``, same transaction) awaits a person's
+    decision: the run is parked (``runs.status = 'awaiting_approval'``, no lease held). Written
+    by the run. ``expires_at``: when a sweeper may deny it as timed out (``Loop(
+    approval_timeout_s=...)``; None: never). ``active_s``: the run's active seconds when it
+    parked (``Limits.max_seconds`` does not count the time parked)."""
+
+    kind: ClassVar[str] = "approval_requested"
+    step_idx: int
+    op_id: str
+    requested_at: float
+    expires_at: float | None = None
+    active_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """A person's decision on the action ``op_id`` (``Loop.approve`` / ``Loop.deny``, from any
+    process). Exactly one per action: the journal writes it only while the action awaits one.
+    ``note`` is the approver's note, or the reason of a denial (which the model is shown)."""
+
+    kind: ClassVar[str] = "approval_decided"
+    step_idx: int
+    op_id: str
+    approved: bool
+    note: str | None
+    by: str
+    decided_at: float
+
+    def describe(self) -> str:
+        verdict = "approved" if self.approved else "denied"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.decided_at))
+        note = f": {self.note}" if self.note else ""
+        return f"{verdict} by {self.by} at {when}{note}"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedActionStarted:
+    """Written by the execution that acts on an approval, just before it executes the approved
+    action: the write-ahead mark that the intent (written when the run parked) is being acted
+    on now. Without it, a resume knows the approved action never started and executes it;
+    with it and no result, the action may have happened and its replay policy decides."""
+
+    kind: ClassVar[str] = "approved_action_started"
+    step_idx: int
+    op_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class PendingAction:
     """An action whose outcome is unknown (its intent is durable, its result is not)."""
 
@@ -270,6 +323,9 @@ Record: TypeAlias = (
     | FailureSeen
     | FailureKnown
     | TestEdit
+    | ApprovalRequested
+    | ApprovalDecided
+    | ApprovedActionStarted
 )
 
 
@@ -610,6 +666,26 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 "path": record.path,
                 "tampering": list(record.tampering),
             }
+        case ApprovalRequested():
+            body = {
+                "step_idx": record.step_idx,
+                "op_id": record.op_id,
+                "requested_at": record.requested_at,
+                "expires_at": record.expires_at,
+            }
+            if record.active_s is not None:
+                body["active_s"] = record.active_s
+        case ApprovalDecided():
+            body = {
+                "step_idx": record.step_idx,
+                "op_id": record.op_id,
+                "approved": record.approved,
+                "note": record.note,
+                "by": record.by,
+                "decided_at": record.decided_at,
+            }
+        case ApprovedActionStarted():
+            body = {"step_idx": record.step_idx, "op_id": record.op_id}
     body["kind"] = record.kind
     return body
 
@@ -706,6 +782,21 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
             return TestEdit(d["step_idx"], d["path"], tuple(d["tampering"]))
         if kind == "limits":
             return LimitsChanged(Limits.from_dict(d["limits"]))
+        if kind == "approval_requested":
+            return ApprovalRequested(
+                d["step_idx"], d["op_id"], d["requested_at"], d.get("expires_at"), d.get("active_s")
+            )
+        if kind == "approval_decided":
+            return ApprovalDecided(
+                d["step_idx"],
+                d["op_id"],
+                d["approved"] is True,
+                d.get("note"),
+                d["by"],
+                d["decided_at"],
+            )
+        if kind == "approved_action_started":
+            return ApprovedActionStarted(d["step_idx"], d["op_id"])
     except JournalError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

@@ -53,6 +53,11 @@ class Templates:
         "Not executed: the {budget} is spent and no more actions can run. This run is over."
     )
     """The observation of a wrap-up reply that called a tool anyway. Placeholders: ``budget``."""
+    approval_denied: str = (
+        "Not executed: a person denied this call to {name!r}. Their reason: {reason}"
+    )
+    """The observation of an action a person denied (``Loop.deny``). Placeholders: ``name``
+    (the tool, or "the action"), ``reason``, ``by``."""
     malformed_arguments: str = (
         "Your call to {name!r} had arguments that are not valid JSON ({error}). "
         "Call the tool again with the arguments as one JSON object."

@@ -584,6 +584,9 @@ class ToolContext:
     run_id: str
     step_idx: int
     op_id: str
+    approved_by: str | None = None
+    """Who approved this action, when it needed approval (a tool declared with ``approval=``)
+    and a person approved it (``Loop.approve``); None otherwise."""
 
 
 def _check_limit(name: str, value: object, *, optional: bool) -> None:

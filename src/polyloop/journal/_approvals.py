@@ -1,0 +1,69 @@
+"""What every journal decides the same way about a person's decision on a parked run's action
+(the ``Approvals`` seam, :class:`polyloop.seams.Approvals`), from the run's approval records."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from ..types import (
+    ActionIntent,
+    ApprovalDecided,
+    ApprovalRequested,
+    NotAwaitingApproval,
+    Record,
+)
+
+__all__ = ["APPROVAL_KINDS", "answer", "pending_row", "to_write"]
+
+APPROVAL_KINDS = ("approval_requested", "approval_decided")
+"""The record kinds :func:`answer` reads."""
+
+
+def answer(
+    run_id: str, decision: ApprovalDecided, records: Iterable[Record], *, ended: bool
+) -> ApprovalDecided | None:
+    """The decision that stands on ``decision.op_id``, or None when ``decision`` is to be
+    written (then with the ``step_idx`` of its request: see :func:`to_write`). ``records``: the
+    run's approval records in ``seq`` order. Raises ``NotAwaitingApproval``."""
+    last: ApprovalRequested | None = None
+    for r in records:
+        if isinstance(r, ApprovalDecided) and r.op_id == decision.op_id:
+            return r
+        if isinstance(r, ApprovalRequested):
+            last = r
+    if last is not None and last.op_id == decision.op_id and not ended:
+        return None
+    if ended:
+        why = "the run has ended"
+    elif last is not None:
+        why = f"it awaits approval of op_id {last.op_id} (step {last.step_idx})"
+    else:
+        why = "it awaits no approval"
+    raise NotAwaitingApproval(
+        f"run {run_id!r}: no action with op_id {decision.op_id} awaits approval ({why}); "
+        "nothing was written"
+    )
+
+
+def to_write(decision: ApprovalDecided, records: Iterable[Record]) -> ApprovalDecided:
+    """``decision`` with the step of the request it answers."""
+    for r in records:
+        if isinstance(r, ApprovalRequested) and r.op_id == decision.op_id:
+            return dataclasses.replace(decision, step_idx=r.step_idx)
+    return decision
+
+
+def pending_row(run_id: str, requested: ApprovalRequested, intent: ActionIntent) -> dict[str, Any]:
+    """One row of ``pending_approvals``."""
+    return {
+        "run_id": run_id,
+        "step_idx": requested.step_idx,
+        "op_id": requested.op_id,
+        "tool_name": intent.action.tool_name,
+        "args_json": intent.args_json,
+        "action": intent.action.text,
+        "requested_at": requested.requested_at,
+        "expires_at": requested.expires_at,
+    }
