@@ -72,6 +72,9 @@ class Dying:
     async def request_end(self, run_id: str, request: Any, **kw: Any) -> Any:
         return await self._write(self.inner.request_end(run_id, request, **kw))
 
+    async def decide(self, run_id: str, decision: Any) -> Any:
+        return await self._write(self.inner.decide(run_id, decision))
+
     async def _write(self, write: Awaitable[T]) -> T:
         self.count += 1
         mine = self.count
@@ -124,7 +127,24 @@ def asking_loop(world: World, journal: Any, kind: str) -> Loop:
     return loop
 
 
-KNOWN = ("pay", "stop", "cancel", "request", *SCENARIOS)
+async def approval_scenario(journal: Any, run_id: str, effects: str | None) -> Any:
+    """``send_email`` (approval=True, replay never) parks the run; this process approves it
+    (``by="child"``) and resumes it to its end. ``effects``: the file each e-mail sent is
+    logged to, before the tool returns. Its writes: the park, the decision, the resume's."""
+    from polyloop import ApprovalRequired
+    from tests.contract.test_approval import Mailer, loop_of
+
+    world = Mailer()
+    if effects is not None:
+        world.sent = Logged("sent", effects)  # type: ignore[assignment]
+    try:
+        return await loop_of(world, journal).run("mail the CEO", run_id=run_id)
+    except ApprovalRequired as parked:
+        await loop_of(world, journal).approve(run_id, parked.op_id, by="child")
+    return await loop_of(world, journal).resume(run_id)
+
+
+KNOWN = ("pay", "stop", "cancel", "request", "approval", *SCENARIOS)
 """Every scenario :meth:`ForkServer.crash` runs."""
 
 
@@ -146,6 +166,8 @@ async def main(
     world.stored = Logged("stored", effects)
     if scenario == "pay":
         await new_loop(world, journal).run("pay", run_id=run_id)
+    elif scenario == "approval":
+        await approval_scenario(journal, run_id, effects)
     elif scenario == "request":
         await new_loop(world, journal).stop(run_id, "halt", by="the requester")
     else:

@@ -177,6 +177,59 @@ async def test_sigkill_around_every_write_of_a_spent_budget_and_its_wrap_up(
     assert wrapped == [(writes,)]
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+async def test_sigkill_around_every_write_of_the_approval_path_then_resume(
+    after: bool, journal_backend: Store, tmp_path: Path
+) -> None:
+    """A run parks on an action that needs approval, its process approves it and resumes it:
+    killed around each write (the park, the decision, the approved start, the result, the
+    end), the run is decided once and ends once, the never-replay e-mail is sent at most once,
+    and the run ends as the undisturbed one did, or resume_state_unknown when the kill came
+    while the e-mail was being sent (its outcome unknown)."""
+    from polyloop import ApprovalRequired
+    from polyloop.journal import MemoryJournal
+    from tests.contract.test_approval import Mailer, loop_of
+    from tests.durability.crash_child import Dying, approval_scenario
+
+    store = journal_backend
+    counting = Dying(MemoryJournal(), 0, False)
+    ref = await approval_scenario(counting, "a", None)
+    assert ref.stop_reason == StopReason.agent_finished
+    writes = counting.count
+    server = await ForkServer.start()
+    try:
+        async with store.journal() as journal:
+            for n in range(1, writes + 1):
+                run_id = f"a{n}"
+                effects = tmp_path / f"fx{n}.txt"
+                effects.touch()
+                code = await server.crash(store.where, run_id, n, after, effects, "approval")
+                assert code == -signal.SIGKILL, (n, code)
+                world = Mailer()
+                try:
+                    r = await loop_of(world, journal).resume(run_id)
+                except ApprovalRequired as parked:  # killed before its decision was durable
+                    await loop_of(world, journal).approve(run_id, parked.op_id, by="parent")
+                    r = await loop_of(world, journal).resume(run_id)
+                sent = effects.read_text().splitlines() + [f"sent {x}" for x in world.sent]
+                assert len(sent) <= 1, f"the never-replay e-mail was sent twice (write {n})"
+                if r.stop_reason == StopReason.resume_state_unknown:
+                    assert r.pending_action is not None, n
+                    assert r.pending_action.tool_name == "send_email", n
+                else:
+                    assert (r.stop_reason, r.final_answer) == (ref.stop_reason, ref.final_answer)
+                    assert len(sent) == 1, n
+    finally:
+        await server.close()
+    rows = store.sql(
+        "SELECT run_id, count(*) FILTER (WHERE kind = 'end'), "
+        "count(*) FILTER (WHERE kind = 'approval_decided'), count(*), max(seq) FROM journal "
+        "GROUP BY run_id"
+    )
+    assert len(rows) == writes
+    assert all(e == 1 and d == 1 and c == top for _, e, d, c, top in rows), rows
+
+
 # -- the writes of a request to end a run -----------------------------------------------------
 
 

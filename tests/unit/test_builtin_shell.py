@@ -480,3 +480,24 @@ def test_the_shell_description_states_its_limits(root: Path) -> None:
     assert "Run a command with bash in the workspace root directory" in tool.description
     assert "after 2.5 seconds" in tool.description
     assert "longer than 500 characters" in tool.description
+
+
+async def test_prompt_without_an_approver_parks_a_run_until_a_person_approves(root: Path) -> None:
+    from polyloop import ApprovalRequired, Loop
+    from polyloop.journal import MemoryJournal
+    from polyloop.testing import ScriptedModel
+    from polyloop.types import ModelReply, ToolCall
+
+    tools = workspace_tools(root, shell=True, command_policy=POLICY)
+    call = ToolCall("shell", {"command": "echo secret > a.txt"})
+    fine = ToolCall("shell", {"command": "echo fine"})
+    journal = MemoryJournal()
+    model = ScriptedModel([ModelReply(tool_calls=(fine,)), ModelReply(tool_calls=(call,)), "ok"])
+    loop = Loop(model, tools=tools, journal=journal)
+    with pytest.raises(ApprovalRequired) as info:
+        await loop.run("write it", run_id="s")
+    assert info.value.step_idx == 1 and not (root / "a.txt").exists()  # "fine" needed none
+    await loop.approve("s", info.value.op_id, by="alice")
+    r = await loop.resume("s")
+    assert (root / "a.txt").read_text() == "secret\n" and r.final_answer == "ok"
+    assert r.steps[1].observation == "[no output]\n[exit code 0]"

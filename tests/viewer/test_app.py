@@ -401,3 +401,26 @@ def test_stopped_runs_and_pending_requests_are_shown_read_only(tmp_path: Path) -
         assert path.read_bytes() == before  # read-only
     assert "cancel requested at " in report and "who and why withheld" in report
     assert "wrong goal" not in report and "by ops" not in report
+
+
+def test_a_parked_run_is_shown_awaiting_approval_read_only(tmp_path: Path) -> None:
+    from polyloop import ApprovalRequired
+    from tests.contract.test_approval import Mailer, loop_of
+
+    path = tmp_path / "parked.db"
+
+    async def park() -> None:
+        async with SQLiteJournal(path) as journal:
+            with contextlib.suppress(ApprovalRequired):
+                await loop_of(Mailer(), journal).run("mail the CEO", run_id="run-parked")
+
+    asyncio.run(park())
+    before = sqlite3.connect(path).execute("SELECT count(*) FROM journal").fetchone()
+    with make_app(path) as viewer:
+        listed = get(viewer, "/?state=awaiting_approval")
+        assert listed.status == 200 and run_ids(listed.text) == ["run-parked"]
+        assert "awaiting approval (parked)" in listed.text
+        page = get(viewer, "/runs/run-parked")
+        assert page.status == 200 and "polyloop approve / deny decide" in page.text
+    after = sqlite3.connect(path).execute("SELECT count(*) FROM journal").fetchone()
+    assert before == after  # read-only

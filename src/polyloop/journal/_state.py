@@ -1,10 +1,12 @@
 """What a run is doing now, derived from its ``runs`` row: the ``state`` of ``list_runs()``.
 
-The ``runs.status`` column says only whether the end record is written (``running`` or
-``ended``). Whether anybody is advancing a run that has not ended is told by its lease:
+The ``runs.status`` column says whether the end record is written (``running`` or
+``ended``), or whether the run is parked until a person decides on an action
+(``awaiting_approval``, journal schema 1.4; its state is that too). Whether anybody is advancing a run that has not ended is told by its lease:
 
 =============  ==============================================================================
 ``ended``      the end record is written (``status = 'ended'``); the run never changes again
+``awaiting_approval``  parked (``status = 'awaiting_approval'``): nothing runs until a decision
 ``running``    not ended, and an execution holds a lease that has not expired: it is advancing
 ``detached``   not ended, and nobody holds it (``owner IS NULL``): detached (Ctrl-C, ``detach``,
                a worker's graceful shutdown), released after an error, or a batch row not yet
@@ -17,7 +19,7 @@ The ``runs.status`` column says only whether the end record is written (``runnin
 In SQL (epoch seconds; a dead owner on this host is only told apart by ``list_runs()``)::
 
     SELECT run_id,
-           CASE WHEN status = 'ended' THEN 'ended'
+           CASE WHEN status <> 'running' THEN status
                 WHEN owner IS NULL THEN 'detached'
                 WHEN coalesce(lease_expires_at, 0) <= :now THEN 'stale'
                 ELSE 'running' END AS state

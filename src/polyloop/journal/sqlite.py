@@ -2,7 +2,9 @@
 
 Tables (their names and columns are public: downstream SQL reads them directly)::
 
-    runs         one row per run: run_id, owner, lease_expires_at, status ('running'|'ended'),
+    runs         one row per run: run_id, owner, lease_expires_at, status ('running'|'ended'|
+                 'awaiting_approval': journal schema 1.4, a run parked until a person decides
+                 on an action; see SQLiteJournal.decide),
                  stop_reason (NULL until ended), steps_used, actions_executed, tokens_used,
                  cost_usd, active_seconds, usage_missing (journal schema 1.3: the run's totals,
                  ``RunTotals``, set with the end record; NULL before it), created_at,

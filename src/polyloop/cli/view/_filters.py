@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from ._data import RunRow
 
 SORTS = ("created", "steps", "actions", "duration", "stop_reason")
-STATES = ("ended", "live", "detached", "stale", "running")
+STATES = ("ended", "live", "detached", "stale", "awaiting_approval", "running")
 RUNS_PER_PAGE = 200
 
 
@@ -26,7 +26,8 @@ class Query:
     """Only runs that stopped for one of these (empty: any)."""
     state: str | None = None
     """``ended``, ``live`` (in progress now), ``detached`` or ``stale`` (resumable, see
-    :attr:`RunRow.state`), or ``running`` (not ended: any of the three before)."""
+    :attr:`RunRow.state`), ``awaiting_approval`` (parked until a person decides), or
+    ``running`` (not ended: any of the four before)."""
     since: str | None = None
     """YYYY-MM-DD: created on or after that day (local time)."""
     until: str | None = None

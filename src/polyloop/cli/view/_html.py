@@ -71,6 +71,7 @@ def badge(reason: str | None, *, state: str = "ended") -> str:
             "live": "in progress",
             "detached": "detached (resumable)",
             "stale": "stale (resumable)",
+            "awaiting_approval": "awaiting approval (parked)",
         }.get(state, state)
         return f'<span class="badge state-{esc(state)}">{esc(label)}</span>'
     cls = REASON_CLASS.get(reason, "unknown")

@@ -122,6 +122,7 @@ def _filter_form(query: Query, action: str, reasons: Sequence[str]) -> str:
             ("live", "in progress"),
             ("detached", "detached (resumable)"),
             ("stale", "stale: owner gone (resumable)"),
+            ("awaiting_approval", "awaiting approval (parked)"),
         ]
     )
     meta = " & ".join(k if v is None else f"{k}={v}" for k, v in query.meta)
@@ -554,6 +555,10 @@ def _ending(detail: RunDetail, d: Disclosure) -> str:
             "live": "in progress",
             "detached": "not ended, nobody is advancing it (detached or interrupted: resumable)",
             "stale": "not ended, its owner is gone (lease expired or process dead: resumable)",
+            "awaiting_approval": (
+                "parked until a person approves or denies its action (polyloop pending lists "
+                "it; polyloop approve / deny decide; read-only here)"
+            ),
         }.get(run.state, "not ended")
         parts.append(f"<p>Run {badge(None, state=run.state)} — {esc(state)}.</p>")
         if run.request is not None:

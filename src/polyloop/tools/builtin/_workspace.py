@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import pydantic
 
-from polyloop.types import ActionStatus, ConfigError, Failure, Outcome
+from polyloop.types import ActionStatus, ConfigError, Failure, Outcome, ToolContext
 
 from .._threads import in_thread
 from ..registry import ToolRegistry
@@ -100,8 +100,11 @@ def workspace_tools(
         command_policy: which commands may run; default ``CommandPolicy()``, which allows
             every command (see :class:`CommandPolicy` and :meth:`CommandPolicy.strict`).
         approve: ``approve(command) -> bool`` (sync or async), asked about commands the policy
-            says to ``prompt`` for; without it such commands are refused. Only ``True``
-            approves; if it raises, the command is refused.
+            says to ``prompt`` for. Only ``True`` approves; if it raises, the command is
+            refused. Without it, such a command waits for a person's decision through the
+            journal: the ``shell`` tool needs approval for it (``@tool(approval=...)``), so the
+            run parks (``ApprovalRequired``) until ``Loop.approve`` / ``polyloop approve``;
+            called directly, outside a run's approval, such a command is refused.
         registry: register on this registry instead of a new one.
         texts: the model-visible wording (tool descriptions, refusals, notes).
         test_paths: globs of test files (default :data:`DEFAULT_TEST_PATHS`: ``tests/**``,
@@ -200,15 +203,22 @@ def workspace_tools(
     if runner is not None:
         shell_runner = runner  # bound for the closure, with its narrowed type
 
-        async def shell_tool(command: str) -> str | Outcome:
-            return await shell_runner(command)
+        async def shell_tool(command: str, ctx: ToolContext) -> str | Outcome:
+            return await shell_runner(command, ctx.approved_by)
 
         shell_tool.__doc__ = texts.shell_doc.format(
             shell=shell_runner.shell_name,
             timeout_s=shell_timeout_s,
             max_output_chars=max_output_chars,
         )
-        registry.register(shell_tool, name="shell", replay="never")
+        # A command the policy says to prompt for, with no approver to ask here, parks the run
+        # for a person's decision (Loop.approve / polyloop approve): durable human approval.
+        registry.register(
+            shell_tool,
+            name="shell",
+            replay="never",
+            approval=lambda args: shell_runner.needs_person(str(args.get("command", ""))),
+        )
     return registry
 
 
@@ -246,14 +256,19 @@ class _Shell:
         self._approve = approve
         self._program, self.shell_name = default_shell()
 
-    async def __call__(self, command: str) -> str | Outcome:
+    def needs_person(self, command: str) -> bool:
+        """The policy says ``prompt`` for ``command`` and there is no approver to ask: the
+        call waits for a person's decision through the journal (the run parks)."""
+        return self._approve is None and self._policy.decide(command).decision == "prompt"
+
+    async def __call__(self, command: str, approved_by: str | None = None) -> str | Outcome:
         t = self._texts
         if not command.strip():
             return Refused(t.shell_empty).outcome()
         if "\x00" in command:
             return Refused(t.shell_nul).outcome()
         verdict = self._policy.decide(command)
-        refusal = await self._check(verdict, command)
+        refusal = await self._check(verdict, command, approved_by)
         if refusal is not None:
             return Refused(refusal).outcome()
         result = await run_shell(
@@ -265,8 +280,9 @@ class _Shell:
         )
         return self._observation(result)
 
-    async def _check(self, verdict: Verdict, command: str) -> str | None:
-        """None if the command may run, else the refusal."""
+    async def _check(self, verdict: Verdict, command: str, approved_by: str | None) -> str | None:
+        """None if the command may run, else the refusal (``approved_by``: a person approved
+        this very call through the journal)."""
         if verdict.decision == "allow":
             return None
         t = self._texts
@@ -280,6 +296,8 @@ class _Shell:
         if verdict.decision == "forbid":
             return t.shell_forbidden.format(rule=named, reason=reason)
         if self._approve is None:
+            if approved_by is not None:
+                return None
             return t.shell_no_approver.format(rule=named, reason=reason)
         try:
             approved = await _ask(self._approve, command)
