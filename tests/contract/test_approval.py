@@ -342,3 +342,14 @@ class open_where:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.journal.aclose()
+
+
+async def test_stopping_a_parked_run_ends_it_and_says_its_action_never_ran() -> None:
+    journal, world = MemoryJournal(), Mailer()
+    await park(world, journal)
+    answer = await loop_of(world, journal).stop("r", "not today", by="ops")
+    assert answer.happened == "ended" and answer.stop_reason == StopReason.stopped
+    r = await loop_of(world, journal).resume("r")
+    assert r.pending_action is None and world.sent == []
+    assert r.stop_detail is not None and "awaited approval: not executed" in r.stop_detail
+    assert await journal.pending_approvals() == []

@@ -6,7 +6,6 @@ The ``runs.status`` column says whether the end record is written (``running`` o
 
 =============  ==============================================================================
 ``ended``      the end record is written (``status = 'ended'``); the run never changes again
-``awaiting_approval``  parked (``status = 'awaiting_approval'``): nothing runs until a decision
 ``running``    not ended, and an execution holds a lease that has not expired: it is advancing
 ``detached``   not ended, and nobody holds it (``owner IS NULL``): detached (Ctrl-C, ``detach``,
                a worker's graceful shutdown), released after an error, or a batch row not yet

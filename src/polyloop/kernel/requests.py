@@ -66,8 +66,13 @@ def requested_ending(
     in_flight = None
     intent = None if interrupted is None else interrupted.action_intent
     if intent is not None and interrupted is not None and interrupted.action_result is None:
-        pending = pending_action(intent, intent.replay_policy)
-        in_flight = f"in-flight action {pending.describe()}: outcome unknown"
+        described = pending_action(intent, intent.replay_policy)
+        if interrupted.approval is not None and not interrupted.approved_started:
+            # Parked for a person's decision, never started: it did not happen.
+            in_flight = f"action {described.describe()} awaited approval: not executed"
+        else:
+            pending = described
+            in_flight = f"in-flight action {pending.describe()}: outcome unknown"
     return reason, request_detail(request, in_flight), pending
 
 
