@@ -353,3 +353,16 @@ async def test_stopping_a_parked_run_ends_it_and_says_its_action_never_ran() -> 
     assert r.pending_action is None and world.sent == []
     assert r.stop_detail is not None and "awaited approval: not executed" in r.stop_detail
     assert await journal.pending_approvals() == []
+
+
+async def test_the_batch_runner_leaves_a_parked_run_alone_and_reports_it(tmp_path: Path) -> None:
+    from polyloop.batch import execute
+
+    world = Mailer()
+    async with SQLiteJournal(tmp_path / "runs.db") as journal:
+        exc = await park(world, journal, run_id="b")
+        result = await execute(journal, ["b"], lambda j: loop_of(world, j))
+        (outcome,) = result.outcomes
+        assert outcome.status == "detached" and not outcome.is_ended
+        assert outcome.detail == f"awaiting approval: send_email op_id={exc.op_id}"
+        assert world.sent == [] and len(await journal.pending_approvals()) == 1
