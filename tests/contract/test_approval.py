@@ -344,15 +344,49 @@ class open_where:
         await self.journal.aclose()
 
 
-async def test_stopping_a_parked_run_ends_it_and_says_its_action_never_ran() -> None:
-    journal, world = MemoryJournal(), Mailer()
-    await park(world, journal)
-    answer = await loop_of(world, journal).stop("r", "not today", by="ops")
-    assert answer.happened == "ended" and answer.stop_reason == StopReason.stopped
-    r = await loop_of(world, journal).resume("r")
-    assert r.pending_action is None and world.sent == []
-    assert r.stop_detail is not None and "awaited approval: not executed" in r.stop_detail
-    assert await journal.pending_approvals() == []
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_stopping_a_parked_run_ends_it_and_says_its_action_never_ran(
+    backend: str, tmp_path: Path, journal_where: Any
+) -> None:
+    async with opened(backend, tmp_path, journal_where) as journal:
+        world = Mailer()
+        await park(world, journal)
+        answer = await loop_of(world, journal).stop("r", "not today", by="ops")
+        assert answer.happened == "ended" and answer.stop_reason == StopReason.stopped
+        r = await loop_of(world, journal).resume("r")
+        assert r.pending_action is None and world.sent == []
+        assert r.stop_detail is not None and "awaited approval: not executed" in r.stop_detail
+        assert await journal.pending_approvals() == []
+        (row,) = await journal.list_runs(run_id="r")
+        assert (row["status"], row["stop_reason"]) == ("ended", "stopped")
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_runs_parking_together_are_each_marked_awaiting_approval(
+    backend: str, tmp_path: Path, journal_where: Any
+) -> None:
+    # Their parking writes share a turn of the event loop (group commit where it exists).
+    async with opened(backend, tmp_path, journal_where) as journal:
+        world = Mailer()
+        ids = [f"g{i}" for i in range(6)]
+        await asyncio.gather(*(park(world, journal, run_id=i) for i in ids))
+        rows = {r["run_id"]: r["status"] for r in await journal.list_runs()}
+        assert rows == dict.fromkeys(ids, "awaiting_approval")
+        assert sorted(p["run_id"] for p in await journal.pending_approvals()) == ids
+
+
+def opened(backend: str, tmp_path: Path, journal_where: Any) -> Any:
+    if backend == "memory":
+
+        class Memory:
+            async def __aenter__(self) -> MemoryJournal:
+                return MemoryJournal()
+
+            async def __aexit__(self, *exc: object) -> None:
+                return None
+
+        return Memory()
+    return open_where(journal_where(backend, tmp_path))
 
 
 async def test_the_batch_runner_leaves_a_parked_run_alone_and_reports_it(tmp_path: Path) -> None:

@@ -1226,12 +1226,18 @@ def recover(
     async def go() -> tuple[list[Any], list[Any], Any]:
         j = open_journal(spec)
         try:
-            if not dry_run:  # approvals past their expiry: denied, "timed out"
-                await deny_expired(j)
+            # Approvals past their expiry are denied ("timed out"); those runs go on now.
+            denied = set() if dry_run else set(await deny_expired(j))
             pending = getattr(j, "pending_approvals", None)
             if pending is not None:
                 parked.extend(await pending())
             stalled = await find_stalled(j, older_than_s=older_than)
+            if denied - {s.run_id for s in stalled}:
+                stalled += [
+                    s
+                    for s in await find_stalled(j, older_than_s=0)
+                    if s.run_id in denied and s.run_id not in {t.run_id for t in stalled}
+                ]
             groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
             skipped = []
             for s in stalled:
@@ -1289,7 +1295,12 @@ def recover(
         )
     if result.outcomes:
         _print_batch_result(result)
-    failed = [o for o in result.outcomes if o.status in ("error", "detached")]
+    failed = [
+        o
+        for o in result.outcomes
+        if o.status == "error"
+        or (o.status == "detached" and not (o.detail or "").startswith("awaiting approval"))
+    ]
     raise typer.Exit(EXIT_NOT_ALL_ENDED if failed or skipped else 0)
 
 

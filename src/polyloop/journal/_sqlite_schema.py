@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("polyloop")
 
 JOURNAL_SCHEMA_VERSION = "1.4"
-"""Version of the table schema. A newer minor adds only what an older reader can ignore; a
-file with another major version is refused (``JournalError``), never modified. A writer that
+"""Version of the table schema. A newer minor adds only what an older reader can ignore (but
+for record kinds: a PolyLoop before 1.4 refuses, with ``JournalError`` naming the kind, to
+resume a run whose journal holds an approval record, and reads every other run); a file with
+another major version is refused (``JournalError``), never modified. A writer that
 opens a journal of an older minor migrates it (adds what the minors since then added, see
 ``_ADDED_COLUMNS``, and sets this version in ``meta``); a reader does not need it migrated.
 

@@ -2,7 +2,8 @@
 
 The ``runs.status`` column says whether the end record is written (``running`` or
 ``ended``), or whether the run is parked until a person decides on an action
-(``awaiting_approval``, journal schema 1.4; its state is that too). Whether anybody is advancing a run that has not ended is told by its lease:
+(``awaiting_approval``, journal schema 1.4; its state is that too). Whether anybody is
+advancing a run that has not ended is told by its lease:
 
 =============  ==============================================================================
 ``ended``      the end record is written (``status = 'ended'``); the run never changes again

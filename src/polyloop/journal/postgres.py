@@ -632,7 +632,11 @@ class PostgresJournal:
 
     async def append(self, lease: Lease, records: Sequence[Record]) -> None:
         p = _prepare(lease, records)
-        if p.end is not None or any(op == "intent" and args[3] > 1 for op, args in p.calls):
+        if (
+            p.end is not None
+            or p.status is not None
+            or any(op == "intent" and args[3] > 1 for op, args in p.calls)
+        ):
             # It also updates rows (the run's, its pending calls'): its own transaction.
             await self._guarded(self._append(p))
         else:

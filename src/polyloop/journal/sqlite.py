@@ -266,7 +266,7 @@ def request_answer(
     whether ``request`` is written)."""
     status, owner, expiry, reason, detail, *columns = row
     stored = stored_request(*columns)
-    if status != "running":
+    if status == "ended":  # a parked run ('awaiting_approval') takes requests like any other
         ended = RequestResult(run_id, "already_ended", stored, _known_reason(reason), detail)
         return ended, stored, False
     writes = request.replaces(stored)

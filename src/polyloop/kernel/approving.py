@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..types import (
+    ActionIntent,
     ActionStatus,
     ApprovalRequested,
     ApprovalRequired,
@@ -44,15 +45,21 @@ if TYPE_CHECKING:
     from .replay import Interrupted
     from .run import RunDriver, StepCtx
 
-__all__ = ["park", "required", "resume"]
+__all__ = ["awaiting", "park", "required", "resume"]
 
 
 def required(d: RunDriver, sc: StepCtx, requested: ApprovalRequested) -> ApprovalRequired:
-    intent = sc.intent
+    return awaiting(d.run_id, len(d.state.steps), sc.intent, requested)
+
+
+def awaiting(
+    run_id: str, steps_used: int, intent: ActionIntent, requested: ApprovalRequested
+) -> ApprovalRequired:
+    """The ``ApprovalRequired`` of a run parked on ``intent``."""
     arguments = intent.action.arguments
     return ApprovalRequired(
-        d.run_id,
-        len(d.state.steps),
+        run_id,
+        steps_used,
         step_idx=intent.step_idx,
         op_id=intent.op_id,
         tool_name=intent.action.tool_name,

@@ -23,6 +23,7 @@ from ..types import (
     ToolSpec,
     first_invalid,
 )
+from . import approving
 from .ids import new_id
 from .replay import Replayed, replay
 from .requests import default_by, request_end
@@ -90,7 +91,13 @@ class Kernel:
             return self._rebuilt(spec, records)  # ended is absorbing: read only, no lease
         # Check the records and the stored history before taking the lease, so a damaged
         # journal is never written to.
-        replay(spec.run_id, spec.limits, records, None)
+        seen = replay(spec.run_id, spec.limits, records, None)
+        it = seen.interrupted
+        if it is not None and it.approval is not None and it.decision is None:
+            # Parked, no decision yet: say so without taking the lease (a decider needs none,
+            # and the run's row is not touched while it waits).
+            assert it.action_intent is not None
+            raise approving.awaiting(run_id, len(seen.steps), it.action_intent, it.approval)
         tool_specs = tuple(cfg.environment.tool_specs())
         # The goal and history are written once, with the run: the context built from them now
         # is the one the run goes on with (records alone are read again under the lease).
