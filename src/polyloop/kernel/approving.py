@@ -102,6 +102,6 @@ async def resume(d: RunDriver, sc: StepCtx, it: Interrupted) -> RunResult | None
     sc = dataclasses.replace(sc, approved_by=decision.by)
     if it.approved_started:  # it may have run: as any intent without a result
         return await acting.replay_action(d, sc)
-    d._intent_written = sc  # from here a cancellation reports its outcome unknown
     await d._write((ApprovedActionStarted(sc.step_idx, sc.intent.op_id),))
+    d._intent_written = sc  # from here a cancellation reports its outcome unknown
     return await acting.act(d, sc)
