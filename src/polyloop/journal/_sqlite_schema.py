@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("polyloop")
 
-JOURNAL_SCHEMA_VERSION = "1.3"
+JOURNAL_SCHEMA_VERSION = "1.4"
 """Version of the table schema. A newer minor adds only what an older reader can ignore; a
 file with another major version is refused (``JournalError``), never modified. A writer that
 opens a journal of an older minor migrates it (adds what the minors since then added, see
@@ -36,7 +36,7 @@ nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd``, the run's tota
 ``runs.tokens_used``, ``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end
 record; NULL before) and ``runs.request``, ``request_reason``, ``requested_by``,
 ``requested_at`` (all nullable: a request to end the run, see
-:class:`polyloop.types.EndRequest`)."""
+:class:`polyloop.types.EndRequest`); 1.4 added ``steps.outcome_unknown`` (nullable)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -96,6 +96,7 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("replaced_chars", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.1
     ("model", "TEXT"),  # journal schema 1.2
     ("wrap_up", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.3
+    ("outcome_unknown", "TEXT"),  # journal schema 1.4
 )
 _STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
 _STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed", "wrap_up"})
@@ -161,6 +162,7 @@ _ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
     (3, "runs", "request_reason", "TEXT"),
     (3, "runs", "requested_by", "TEXT"),
     (3, "runs", "requested_at", "REAL"),
+    (4, "steps", "outcome_unknown", "TEXT"),
 )
 
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,

@@ -17,6 +17,7 @@ from ..types import (
     ActionIntent,
     ActionResult,
     ActionStatus,
+    ActionUnknown,
     FailureKnown,
     FailureSeen,
     GuardVerdict,
@@ -68,6 +69,11 @@ class Interrupted:
     replaced: int = 0
     """Code points replaced in this step's text before its action result (the counts of its
     failed attempts, model result and action intent), for its ``replaced_chars``."""
+    unknown_reports: int = 0
+    """Live executions of the action that reported its outcome unknown (``action_unknown``
+    records): a resume continues the retry policy's bound from here."""
+    unknown_path: str | None = None
+    """The path the last of them took (``"replayed"`` or ``"reconciled"``), for the step."""
 
 
 @dataclass
@@ -203,6 +209,16 @@ def replay(
                 if cur is None or cur.action_intent is None or cur.action_intent.op_id != rec.op_id:
                     raise _out_of_order(run_id, seq, "action result without its action intent")
                 cur.action_result = rec
+            case ActionUnknown():
+                if (
+                    cur is None
+                    or cur.action_intent is None
+                    or cur.action_intent.op_id != rec.op_id
+                    or cur.action_result is not None
+                ):
+                    raise _out_of_order(run_id, seq, "action unknown without its action intent")
+                cur.unknown_reports += 1
+                cur.unknown_path = rec.path
             case StepWritten(step, active_s):
                 if active_s is not None:
                     st.active_s = active_s

@@ -42,6 +42,7 @@ from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._records import (
     ActionIntent,
     ActionResult,
+    ActionUnknown,
     ErrorInfo,
     Lease,
     LimitsChanged,
@@ -109,6 +110,7 @@ __all__ = [
     "ActionResult",
     "ActionStarted",
     "ActionStatus",
+    "ActionUnknown",
     "Complete",
     "ConfigError",
     "Conflict",
