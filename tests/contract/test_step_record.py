@@ -40,7 +40,7 @@ FIELDS_13 = [
 ]
 FIELDS_5 = ["tool_name", "tool_args_json", "action_status", "completed", "schema_version"]
 # Fields with defaults added since, in the order they came.
-ADDED = ["replaced_chars", "model", "wrap_up"]
+ADDED = ["replaced_chars", "model", "wrap_up", "outcome_unknown"]
 
 
 def a_step(**over: Any) -> StepRecord:

@@ -28,6 +28,7 @@ from polyloop.testing import FakeClock, FunctionModel
 from polyloop.types import ModelRequest
 from tests.contract.test_escalate import handover_loop
 from tests.contract.test_fix_loop_ledger import fix_loop
+from tests.contract.test_outcome_unknown_live import unknown_loop
 from tests.contract.test_resume import World, new_loop, script
 from tests.contract.test_wrap_up import budget_loop
 
@@ -36,7 +37,12 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-SCENARIOS = {"fix": fix_loop, "escalate": handover_loop, "budget": budget_loop}
+SCENARIOS = {
+    "fix": fix_loop,
+    "escalate": handover_loop,
+    "budget": budget_loop,
+    "unknown": unknown_loop,
+}
 """The loops other than ``pay``, by scenario name: each builds a Loop on a journal."""
 
 
@@ -154,9 +160,10 @@ async def main(
     """Run a scenario: ``pay`` (tests/contract/test_resume.py's), ``fix`` (the fix loop of
     tests/contract/test_fix_loop_ledger.py, which writes every failure-ledger record),
     ``escalate`` (tests/contract/test_escalate.py's hand-over), ``budget`` (a token budget
-    spent, then the wrap-up call: tests/contract/test_wrap_up.py), ``stop`` / ``cancel`` (``pay``,
-    its model asking its own Loop to end the run) or ``request`` (a stop of an existing run
-    from this process)."""
+    spent, then the wrap-up call: tests/contract/test_wrap_up.py), ``unknown`` (an idempotent
+    tool raising ``OutcomeUnknown`` live: tests/contract/test_outcome_unknown_live.py),
+    ``stop`` / ``cancel`` (``pay``, its model asking its own Loop to end the run) or
+    ``request`` (a stop of an existing run from this process)."""
     journal = Dying(open_journal(path), n, after)
     if scenario in SCENARIOS:
         await SCENARIOS[scenario](journal).run("fix", run_id=run_id)

@@ -25,7 +25,7 @@ import pytest
 
 from polyloop import StopReason
 from polyloop.journal import MemoryJournal
-from polyloop.types import ActionIntent, ActionResult, RunEnd, StepWritten
+from polyloop.types import ActionIntent, ActionResult, ActionUnknown, RunEnd, StepWritten
 from tests.conftest import Crash, RecordingJournal
 from tests.contract.test_resume import World, comparable, new_loop, reference
 from tests.durability.crash_child import SCENARIOS, ForkServer, asking_loop
@@ -228,6 +228,45 @@ async def test_sigkill_around_every_write_of_the_approval_path_then_resume(
     )
     assert len(rows) == writes
     assert all(e == 1 and d == 1 and c == top for _, e, d, c, top in rows), rows
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+async def test_sigkill_around_every_write_of_an_outcome_unknown_replayed(
+    after: bool, journal_backend: Store, tmp_path: Path
+) -> None:
+    """An idempotent tool raising OutcomeUnknown live, executed again with the same op_id:
+    killed around each write (its action_unknown records included) and resumed in another
+    process, the run finishes with the same steps (the action's says ``replayed``); each run's
+    reports are numbered 1, 2, ... across the processes, and it has one end record."""
+    store = journal_backend
+    make = SCENARIOS["unknown"]
+    ref_journal = RecordingJournal()
+    ref = await make(ref_journal).run("fix", run_id="u")
+    assert ref.stop_reason == StopReason.agent_finished
+    assert ref.steps[0].outcome_unknown == "replayed"
+    writes = ref_journal.count
+    server = await ForkServer.start()
+    try:
+        async with store.journal() as journal:
+            for n in range(1, writes + 1):
+                run_id = f"u{n}"
+                fx = tmp_path / "fx"
+                code = await server.crash(store.where, run_id, n, after, fx, "unknown")
+                assert code == -signal.SIGKILL, (n, code)
+                r = await make(journal).resume(run_id)
+                assert (r.stop_reason, r.final_answer) == (ref.stop_reason, ref.final_answer), n
+                assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps], n
+                records = await records_of(journal, run_id)
+                reports = [x.attempt for x in records if isinstance(x, ActionUnknown)]
+                assert reports == list(range(1, len(reports) + 1)) and reports, n
+    finally:
+        await server.close()
+    rows = store.sql(
+        "SELECT run_id, count(*) FILTER (WHERE kind = 'end') FROM journal GROUP BY run_id"
+    )
+    assert len(rows) == writes and all(ends == 1 for _, ends in rows), rows
+    paths = store.sql("SELECT DISTINCT outcome_unknown FROM steps WHERE step_idx = 0")
+    assert paths == [("replayed",)]
 
 
 # -- the writes of a request to end a run -----------------------------------------------------

@@ -1,8 +1,8 @@
 """A journal written by an older minor version of the table schema (1.0: no
 ``steps.replaced_chars``; 1.1: no ``steps.model`` and no ``model_calls.model``,
 ``response_model``, ``cached_tokens``, ``reasoning_tokens``; 1.2: no ``runs.request``,
-``request_reason``, ``requested_by``, ``requested_at``; 1.3: ``runs.status`` only 'running' or
-'ended') still opens, on SQLite and PostgreSQL: a
+``request_reason``, ``requested_by``, ``requested_at``; 1.3: no ``steps.outcome_unknown``, and
+``runs.status`` only 'running' or 'ended') still opens, on SQLite and PostgreSQL: a
 writer migrates it (adds the columns, sets the version in ``meta``) and the run goes on; its
 steps read back without the columns, with the fields' defaults."""
 
@@ -26,6 +26,7 @@ from tests.contract.test_approval import Mailer, mail_then_answer
 from tests.contract.test_resume import World, new_loop
 from tests.durability.journals import SQLiteStore, Store, crashed_run
 
+ADDED_IN_1_4 = (("steps", "outcome_unknown"),)
 ADDED_IN_1_3 = (
     ("steps", "wrap_up"),
     ("model_calls", "cost_usd"),
@@ -42,7 +43,13 @@ ADDED_IN_1_2 = (
     ("model_calls", "cached_tokens"),
     ("model_calls", "reasoning_tokens"),
 )
+TO_1_3 = (
+    *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_4),
+    "UPDATE meta SET value = '1.3' WHERE key = 'journal_schema_version'",
+    "UPDATE runs SET journal_schema_version = '1.3'",
+)
 TO_1_2 = (
+    *TO_1_3,
     *(f"ALTER TABLE {table} DROP COLUMN {column}" for table, column in ADDED_IN_1_3),
     "UPDATE meta SET value = '1.2' WHERE key = 'journal_schema_version'",
     "UPDATE runs SET journal_schema_version = '1.2'",
@@ -162,6 +169,22 @@ async def test_a_writer_migrates_a_1_2_journal_and_its_runs_take_requests(
     row = store.rows("SELECT * FROM runs")[0]
     assert [row[c] for c in _REQUEST_COLUMNS[:3]] == ["stop", "migrated", "me"]
     assert (row["stop_reason"], row["stop_detail"]) == ("stopped", "migrated")
+
+
+async def test_a_writer_migrates_a_1_3_journal_and_its_steps_have_outcome_unknown(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    await crashed_run(store)
+    store.damage(*TO_1_3)
+    assert "outcome_unknown" not in step_columns(store)
+    async with store.journal() as journal:
+        assert {s.outcome_unknown for s in await journal.steps("r")} == {None}
+        assert journal_version(store) == "1.4"
+        r = await new_loop(World(), journal).resume("r")
+        assert await journal.steps("r") == list(r.steps)
+    assert r.stop_reason == StopReason.task_completed
+    assert store.sql("SELECT DISTINCT outcome_unknown FROM steps") == [(None,)]
 
 
 async def test_a_1_2_journal_read_without_migrating_lists_its_runs_without_requests(

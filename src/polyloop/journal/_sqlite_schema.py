@@ -38,9 +38,9 @@ nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd``, the run's tota
 ``runs.tokens_used``, ``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end
 record; NULL before) and ``runs.request``, ``request_reason``, ``requested_by``,
 ``requested_at`` (all nullable: a request to end the run, see
-:class:`polyloop.types.EndRequest`); 1.4 lets ``runs.status`` be ``'awaiting_approval'`` (a run
-parked until a person decides on an action: its CHECK constraint is widened in place, which
-changes no stored row)."""
+:class:`polyloop.types.EndRequest`); 1.4 added ``steps.outcome_unknown`` (nullable) and
+lets ``runs.status`` be ``'awaiting_approval'`` (a run parked until a person decides on an
+action: its CHECK constraint is widened in place, which changes no stored row)."""
 _JOURNAL_MAJOR = 1
 _STEP_MAJOR = 1
 
@@ -100,6 +100,7 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("replaced_chars", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.1
     ("model", "TEXT"),  # journal schema 1.2
     ("wrap_up", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.3
+    ("outcome_unknown", "TEXT"),  # journal schema 1.4
 )
 _STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
 _STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed", "wrap_up"})
@@ -165,6 +166,7 @@ _ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
     (3, "runs", "request_reason", "TEXT"),
     (3, "runs", "requested_by", "TEXT"),
     (3, "runs", "requested_at", "REAL"),
+    (4, "steps", "outcome_unknown", "TEXT"),
 )
 
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,

@@ -15,8 +15,9 @@ Tables (their names and columns are public: downstream SQL reads them directly):
     steps        one row per step record: run_id plus a column per StepRecord field, same
                  names (booleans as 0/1); PRIMARY KEY (run_id, step_idx). replaced_chars
                  arrived with journal schema 1.1, model with 1.2, wrap_up (1 for the wrap-up
-                 step of ``Loop(wrap_up=True)``) with 1.3 (a writer adds them to an older
-                 file)
+                 step of ``Loop(wrap_up=True)``) with 1.3, outcome_unknown (``replayed`` or
+                 ``reconciled`` on the step of an action whose live execution raised
+                 ``OutcomeUnknown``) with 1.4 (a writer adds them to an older file)
     journal      the append-only records: run_id, seq (1, 2, ... per run), kind, body (the
                  canonical JSON of ``record_to_dict``), written_at; PRIMARY KEY (run_id, seq)
     model_calls  the accounts, one row per model-call attempt: run_id, step_idx, intent_id,

@@ -8,7 +8,9 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import json
 import logging
+import random
 from typing import TYPE_CHECKING
 
 from ..types import (
@@ -18,6 +20,7 @@ from ..types import (
     ActionResult,
     ActionStarted,
     ActionStatus,
+    ActionUnknown,
     EnvironmentFailure,
     Escalate,
     Escalation,
@@ -53,11 +56,13 @@ __all__ = [
     "handed_over",
     "not_an_outcome",
     "not_awaitable",
+    "reconciled",
     "replay_action",
     "result_record",
     "self_cancelled",
     "settle",
     "step_record",
+    "unknown_reported",
     "unknown_then",
     "wake",
 ]
@@ -147,21 +152,38 @@ async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
         return await end_unknown(d, intent, policy)
     d._intent_written = sc  # from here a cancellation reports its outcome unknown
     if policy is ReplayPolicy.reconcile:
-        ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id, sc.approved_by)
         try:
-            checked = d.cfg.environment.reconcile(intent.action, ctx)
-            if not inspect.isawaitable(checked):
-                raise not_awaitable(checked, "reconcile")
-            outcome = await checked
+            outcome = await reconciled(d, sc)
         except OutcomeUnknown:
             return await end_unknown(d, intent, policy)
-        except MalformedValue as exc:
-            outcome = env_failed(exc, "reconcile")
-        if outcome is not None and not isinstance(outcome, Outcome):
-            outcome = env_failed(not_an_outcome(outcome, none_ok=True), "reconcile")
         if outcome is not None:
             return await settle(d, sc, result_record(d, sc, outcome, 0.0))
+    elif sc.unknown_reports >= d.cfg.retry.max_attempts:
+        # Live executions reported the outcome unknown as often as the retry policy allows
+        # (a resume under a smaller ``max_attempts``): not executed once more.
+        return await end_unknown(d, intent, policy, _executions(d, sc.unknown_reports))
     return await act(d, sc)
+
+
+async def reconciled(d: RunDriver, sc: StepCtx) -> Outcome | None:
+    """The environment's answer whether the action of ``sc`` happened: its Outcome (an
+    ``env_error`` one when the hook broke its contract) or None (it did not).
+
+    Raises:
+        OutcomeUnknown: the environment cannot tell.
+    """
+    intent = sc.intent
+    ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id, sc.approved_by)
+    try:
+        checked = d.cfg.environment.reconcile(intent.action, ctx)
+        if not inspect.isawaitable(checked):
+            raise not_awaitable(checked, "reconcile")
+        outcome = await checked
+    except MalformedValue as exc:
+        return env_failed(exc, "reconcile")
+    if outcome is not None and not isinstance(outcome, Outcome):
+        return env_failed(not_an_outcome(outcome, none_ok=True), "reconcile")
+    return outcome
 
 
 async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
@@ -197,16 +219,22 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
     # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
     # (it awaited something another party cancelled). An environment failure.
     outcome = self_cancelled() if task.cancelled() else task.result()
+    if isinstance(outcome, OutcomeUnknown):
+        return await unknown_reported(d, sc, outcome)
     latency = (d.cfg.clock.monotonic() - t) * 1000
     return await settle(d, sc, result_record(d, sc, outcome, latency))
 
 
-async def execute(d: RunDriver, action: Action, ctx: ToolContext) -> Outcome:
+async def execute(d: RunDriver, action: Action, ctx: ToolContext) -> Outcome | OutcomeUnknown:
+    """The environment's outcome of ``action``; the ``OutcomeUnknown`` it raised is handed
+    back (to :func:`act`: the run's rule for an action whose outcome is not known)."""
     try:
         pending = d.cfg.environment.execute(action, ctx)
         if not inspect.isawaitable(pending):  # a synchronous execute: it already ran
             raise not_awaitable(pending, "execute")
         outcome = await pending
+    except OutcomeUnknown as exc:
+        return exc
     except Escalate as exc:
         return handed_over(exc)
     except (EnvironmentFailure, MalformedValue) as exc:
@@ -234,7 +262,7 @@ def step_record(d: RunDriver, sc: StepCtx, result: ActionResult) -> tuple[StepRe
     i = sc.intent
     step = action_step(
         sc.step_idx, sc.reply, sc.llm_call_id, i.action, i.args_json, outcome, cut,
-        sc.prompt_chars, wall, sc.replaced + result.replaced_chars, sc.model,
+        sc.prompt_chars, wall, sc.replaced + result.replaced_chars, sc.model, sc.outcome_unknown,
     )  # fmt: skip
     return step, cut
 
@@ -297,6 +325,55 @@ async def settle(
     return None
 
 
-async def end_unknown(d: RunDriver, intent: ActionIntent, policy: ReplayPolicy) -> RunResult:
+async def unknown_reported(d: RunDriver, sc: StepCtx, exc: OutcomeUnknown) -> RunResult | None:
+    """A live execution of the action of ``sc`` raised ``OutcomeUnknown``: the rule resume
+    applies to an action intent without a result, by its replay policy. ``never`` ends the run
+    ``resume_state_unknown`` (no step); ``idempotent`` executes it again with the same
+    ``op_id`` after the retry policy's backoff; ``reconcile`` asks the environment (its
+    Outcome is the result; None: executed again; ``OutcomeUnknown``: the run ends). At most
+    ``retry.max_attempts`` executions of the op in all, counted across resumes: when the last
+    one reports unknown, the run ends. Each report is an ``action_unknown`` record, durable
+    before its path is taken (``ended``: with the end record)."""
+    intent = sc.intent
+    policy = intent.replay_policy
+    attempt = sc.unknown_reports + 1
+    reported = f" reported={json.dumps(str(exc), ensure_ascii=False)}"
+    last = attempt >= d.cfg.retry.max_attempts
+    if policy is ReplayPolicy.never or (policy is ReplayPolicy.idempotent and last):
+        rec = ActionUnknown(intent.step_idx, intent.op_id, str(exc), "ended", attempt)
+        more = "" if policy is ReplayPolicy.never else _executions(d, attempt)
+        return await end_unknown(d, intent, policy, reported + more, (rec,))
+    path = "reconciled" if policy is ReplayPolicy.reconcile else "replayed"
+    await d._write((ActionUnknown(intent.step_idx, intent.op_id, str(exc), path, attempt),))
+    sc = d._intent_written = dataclasses.replace(sc, unknown_reports=attempt, outcome_unknown=path)
+    if policy is ReplayPolicy.reconcile:
+        try:
+            outcome = await reconciled(d, sc)
+        except OutcomeUnknown as again:
+            why = f"{reported}; reconcile: {json.dumps(str(again), ensure_ascii=False)}"
+            return await end_unknown(d, intent, policy, why)
+        if outcome is not None:
+            return await settle(d, sc, result_record(d, sc, outcome, 0.0))
+        if last:  # it did not happen, and may not be executed once more
+            return await end_unknown(d, intent, policy, reported + _executions(d, attempt))
+    else:
+        await d.cfg.clock.sleep(d.cfg.retry.backoff_s(attempt, None, random.random()))
+    return await act(d, sc)
+
+
+def _executions(d: RunDriver, n: int) -> str:
+    return f"; outcome unknown after {n} executions (retry max_attempts={d.cfg.retry.max_attempts})"
+
+
+async def end_unknown(
+    d: RunDriver,
+    intent: ActionIntent,
+    policy: ReplayPolicy,
+    more: str = "",
+    records: tuple[Record, ...] = (),
+) -> RunResult:
+    """End the run ``resume_state_unknown`` naming the action (``more`` added to the detail)."""
     pending = pending_action(intent, policy)
-    return await d._end(StopReason.resume_state_unknown, pending.describe(), pending=pending)
+    return await d._end(
+        StopReason.resume_state_unknown, pending.describe() + more, records=records, pending=pending
+    )

@@ -140,7 +140,9 @@ async def grace(d: RunDriver) -> Outcome | None:
         return None
     if task.cancelled() or task.exception() is not None:
         return None
-    return task.result()
+    outcome = task.result()
+    # An execution that reported its outcome unknown (OutcomeUnknown, handed back): none.
+    return outcome if isinstance(outcome, Outcome) else None
 
 
 def arm_heartbeat(d: RunDriver) -> None:

@@ -17,6 +17,7 @@ from ..types import (
     ActionIntent,
     ActionResult,
     ActionStatus,
+    ActionUnknown,
     ApprovalDecided,
     ApprovalRequested,
     ApprovedActionStarted,
@@ -78,6 +79,11 @@ class Interrupted:
     approved_started: bool = False
     """An execution began acting on the approval (``ApprovedActionStarted``): the action may
     have happened since."""
+    unknown_reports: int = 0
+    """Live executions of the action that reported its outcome unknown (``action_unknown``
+    records): a resume continues the retry policy's bound from here."""
+    unknown_path: str | None = None
+    """The path the last of them took (``"replayed"`` or ``"reconciled"``), for the step."""
 
 
 @dataclass
@@ -215,6 +221,16 @@ def replay(
                 cur.action_result = rec
             case ApprovalRequested() | ApprovalDecided() | ApprovedActionStarted():
                 _approval(run_id, seq, rec, cur, st)
+            case ActionUnknown():
+                if (
+                    cur is None
+                    or cur.action_intent is None
+                    or cur.action_intent.op_id != rec.op_id
+                    or cur.action_result is not None
+                ):
+                    raise _out_of_order(run_id, seq, "action unknown without its action intent")
+                cur.unknown_reports += 1
+                cur.unknown_path = rec.path
             case StepWritten(step, active_s):
                 if active_s is not None:
                     st.active_s = active_s

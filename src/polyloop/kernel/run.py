@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..seams import (
     Clock,
@@ -60,6 +60,7 @@ from ..types import (
     ModelResult,
     Observer,
     Outcome,
+    OutcomeUnknown,
     PendingAction,
     Record,
     ReplayPolicy,
@@ -143,6 +144,8 @@ class StepCtx:
     resumed: bool = False  # the intent was found without a result: it may have run already
     model: str | None = None  # the name of the model that answered
     approved_by: str | None = None  # who approved the action (it needed approval)
+    unknown_reports: int = 0  # executions of the action that raised OutcomeUnknown
+    outcome_unknown: str | None = None  # the path such a report took: its step's field
 
 
 def tool_names(specs: Sequence[ToolSpec]) -> frozenset[str]:
@@ -186,7 +189,7 @@ class RunDriver:
         )
         self._ended = False
         # The action in flight, in its own task: from its start until its result is durable.
-        self._action_task: asyncio.Future[Outcome] | None = None
+        self._action_task: asyncio.Future[Outcome | OutcomeUnknown] | None = None
         self._intent_written: StepCtx | None = None
         # A request to end the run (Loop.stop / Loop.cancel): from the lease it was started
         # with, a renewal's, or this process's Loop directly (take_request).
@@ -300,6 +303,8 @@ class RunDriver:
             True,
             it.model,
         )
+        if it.unknown_reports:  # live executions reported their outcome unknown
+            sc = replace(sc, unknown_reports=it.unknown_reports, outcome_unknown=it.unknown_path)
         if it.action_result is not None:  # result without step: build the step, never re-run
             return await acting.settle(self, sc, it.action_result, durable=True)
         if it.approval is not None:  # it awaited a person's decision

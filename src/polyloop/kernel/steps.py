@@ -123,6 +123,7 @@ def action_step(
     wall_ms: float,
     replaced_chars: int = 0,
     model: str | None = None,
+    outcome_unknown: str | None = None,
 ) -> StepRecord:
     """F: executed, not executed, or env error. The observation is kept in full;
     ``observation_truncated_chars`` is PolyLoop's cut plus the tool's own."""
@@ -147,6 +148,7 @@ def action_step(
         completed=outcome.completed,
         replaced_chars=replaced_chars,
         model=model,
+        outcome_unknown=outcome_unknown,
     )
 
 

@@ -91,9 +91,11 @@ class ToolEnvironment:
       exception from the tool is ``executed`` (its side effects may have happened) with the
       error as a synthetic observation and an ``Outcome.failure``; ``EnvironmentFailure`` is
       ``env_error``; ``Escalate`` propagates (the kernel records the step as ``executed`` and
-      ends the run ``escalated``). ``asyncio.CancelledError`` propagates when the call is
-      cancelled (as other ``BaseException`` does): the action may then have happened or not,
-      which
+      ends the run ``escalated``); so does ``OutcomeUnknown`` (a sync tool's too): the tool
+      cannot tell whether its action happened (a payment whose HTTP call timed out after the
+      request was sent), and the kernel applies the tool's replay policy as a resume does.
+      ``asyncio.CancelledError`` propagates when the call is cancelled (as other
+      ``BaseException`` does): the action may then have happened or not, which
       ``replay_policy`` tells resume how to treat. A ``CancelledError`` the tool raises while
       its call is not being cancelled (it awaited something another party cancelled) is an
       ordinary exception of the tool.
@@ -135,6 +137,8 @@ class ToolEnvironment:
 
         Raises:
             asyncio.CancelledError: the call was cancelled (a sync tool's thread runs on).
+            Escalate: the tool hands the run to a person.
+            OutcomeUnknown: the tool cannot tell whether its action happened.
         """
         tool = self._tool(action)
         if tool is None:
@@ -163,8 +167,10 @@ class ToolEnvironment:
             # Nobody cancelled the call: the tool raised it itself (it awaited something that
             # another party cancelled). Like any other exception the tool raised.
             return self._raised(tool, exc)
-        except Escalate:
-            raise  # a hand-over, not a failure of the tool: the kernel ends the run
+        except (Escalate, OutcomeUnknown):
+            # A hand-over, or "it cannot tell whether it happened": not a failure of the
+            # tool. The kernel ends the run, or applies the tool's replay policy.
+            raise
         except EnvironmentFailure as exc:
             return Outcome(
                 ActionStatus.env_error,

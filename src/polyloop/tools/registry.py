@@ -267,7 +267,11 @@ class ToolRegistry:
         Args:
             name: the name the model calls it by; defaults to the function's ``__name__``.
             replay: ``"never"`` (default), ``"idempotent"`` or ``"reconcile"``
-                (see :class:`~polyloop.types.ReplayPolicy`).
+                (see :class:`~polyloop.types.ReplayPolicy`). It applies on resume, and also
+                when the tool raises ``OutcomeUnknown`` in a live run (it cannot tell whether
+                its action happened): ``never`` ends the run ``resume_state_unknown``,
+                ``idempotent`` executes it again with the same ``op_id``, ``reconcile`` asks
+                the hook.
             reconcile: the hook of the ``reconcile`` policy (required with it, refused
                 without it).
             completion_marker: the run completes when this tool returns normally.

@@ -45,6 +45,7 @@ from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._records import (
     ActionIntent,
     ActionResult,
+    ActionUnknown,
     ApprovalDecided,
     ApprovalRequested,
     ApprovedActionStarted,
@@ -115,6 +116,7 @@ __all__ = [
     "ActionResult",
     "ActionStarted",
     "ActionStatus",
+    "ActionUnknown",
     "AlreadyDecided",
     "ApprovalDecided",
     "ApprovalRequested",

@@ -17,7 +17,7 @@
     │                             a value type built with a field that breaks its contract
     ├── ModelCallError            one model call failed (retryable or not); raised by models
     ├── EnvironmentFailure        the environment itself is broken -> ``env_error``
-    ├── OutcomeUnknown            reconcile cannot tell whether an action happened
+    ├── OutcomeUnknown            a tool or reconcile cannot tell whether an action happened
     └── Escalate                  a tool or a run-end guard hands the run to a human
                                   -> ``escalated`` (a stop, not a failure of PolyLoop's)
 """
@@ -231,7 +231,13 @@ class EnvironmentFailure(PolyLoopError):
 
 
 class OutcomeUnknown(PolyLoopError):
-    """Raised by a reconcile hook that cannot tell whether an action happened."""
+    """Raised by a reconcile hook, or by a tool (or an environment's ``execute``) during a live
+    run, that cannot tell whether an action happened (a payment whose HTTP call timed out after
+    the request was sent). Live, the kernel applies the action's replay policy as a resume
+    does for an action intent without a result: ``never`` ends the run
+    ``resume_state_unknown``, ``idempotent`` executes it again with the same ``op_id`` (at
+    most ``RetryPolicy.max_attempts`` executions), ``reconcile`` asks the environment. Its
+    message is the detail journaled (``action_unknown``) and named in ``stop_detail``."""
 
 
 class Escalate(PolyLoopError):

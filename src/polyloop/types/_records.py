@@ -42,6 +42,7 @@ from ._values import (
 __all__ = [
     "ActionIntent",
     "ActionResult",
+    "ActionUnknown",
     "ApprovalDecided",
     "ApprovalRequested",
     "ApprovedActionStarted",
@@ -181,6 +182,22 @@ class ActionResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ActionUnknown:
+    """The environment's ``execute`` raised ``OutcomeUnknown`` during a live run: execution
+    number ``attempt`` (1, 2, …) of the action ``op_id`` cannot tell whether it happened.
+    Written before the kernel takes ``path``: ``"ended"`` (the run ends
+    ``resume_state_unknown``; in one transaction with the end record), ``"replayed"`` (it is
+    executed again with the same ``op_id``) or ``"reconciled"`` (the environment is asked)."""
+
+    kind: ClassVar[str] = "action_unknown"
+    step_idx: int
+    op_id: str
+    detail: str
+    path: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class StepWritten:
     """A step record appended to the trajectory."""
 
@@ -316,6 +333,7 @@ Record: TypeAlias = (
     | ModelFailure
     | ActionIntent
     | ActionResult
+    | ActionUnknown
     | StepWritten
     | RunEnd
     | LimitsChanged
@@ -617,6 +635,14 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             }
             if record.replaced_chars:
                 body["replaced_chars"] = record.replaced_chars
+        case ActionUnknown():
+            body = {
+                "step_idx": record.step_idx,
+                "op_id": record.op_id,
+                "detail": record.detail,
+                "path": record.path,
+                "attempt": record.attempt,
+            }
         case StepWritten(step, active_s):
             body = {"step": step.to_dict()}
             if active_s is not None:
@@ -749,6 +775,8 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 d["latency_ms"],
                 d.get("replaced_chars", 0),
             )
+        if kind == "action_unknown":
+            return ActionUnknown(d["step_idx"], d["op_id"], d["detail"], d["path"], d["attempt"])
         if kind == "step":
             return StepWritten(StepRecord.from_dict(d["step"]), d.get("active_s"))
         if kind == "end":

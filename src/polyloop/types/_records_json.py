@@ -168,6 +168,7 @@ def _step_json(s: StepRecord) -> str:
         f'"observation":{_json_value(s.observation)},'
         f'"observation_synthetic":{_json_value(s.observation_synthetic)},'
         f'"observation_truncated_chars":{_json_value(s.observation_truncated_chars)},'
+        f'"outcome_unknown":{_json_value(s.outcome_unknown)},'
         f'"parse_error":{_json_value(s.parse_error)},"parse_ok":{_json_value(s.parse_ok)},'
         f'"prompt_chars":{_json_value(s.prompt_chars)},'
         f'"raw_response":{_json_value(s.raw_response)},'

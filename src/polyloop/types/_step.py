@@ -89,6 +89,12 @@ class StepRecord:
     the run: tools withheld, the model asked for its best final answer (``WHERE wrap_up = 1``
     finds them; the run's stop reason stays the budget's). Added to schema 1.0 with this
     default, a compatible change (a record written without it reads as False)."""
+    outcome_unknown: str | None = None
+    """``"replayed"`` or ``"reconciled"`` on the step of an action whose live execution
+    reported its outcome unknown (the tool raised ``OutcomeUnknown``): the path that gave the
+    step its outcome (executed again with the same ``op_id``, or the environment's reconcile
+    answer); None otherwise. Added to schema 1.0 with this default, a compatible change (a
+    record written without it reads as None)."""
 
     def __post_init__(self) -> None:
         # Straight-line checks (no loops over names, no getattr): every step passes here.
@@ -119,6 +125,8 @@ class StepRecord:
             raise _fail("tool_args_json", "a str or None", self.tool_args_json)
         if self.model is not None and not isinstance(self.model, str):
             raise _fail("model", "a str or None", self.model)
+        if self.outcome_unknown is not None and not isinstance(self.outcome_unknown, str):
+            raise _fail("outcome_unknown", "a str or None", self.outcome_unknown)
         if type(self.parse_ok) is not bool:
             raise _fail("parse_ok", "a bool", self.parse_ok)
         if type(self.observation_synthetic) is not bool:
