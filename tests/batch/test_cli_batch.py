@@ -97,3 +97,16 @@ def test_recover_finishes_the_runs_of_a_killed_batch(
     assert "2 runs: 2 ended (agent_finished 2)" in done.out, done
     ends = sql(tmp_path / "j.db", "SELECT count(*) FROM journal WHERE kind = 'end'")
     assert ends == [(3,)]
+
+
+def test_batch_loop_option_is_checked_before_anything_is_written(cli: CLI, tmp_path: Path) -> None:
+    write_goals(tmp_path / "goals.jsonl", "a")
+    bad = cli("batch", "goals.jsonl", "--loop", "no_such_module:make", "--journal", "j.db")
+    assert_one_line_error(bad)
+    assert "cannot load make_loop 'no_such_module:make'" in bad.err, bad
+    both = cli(
+        "batch", "goals.jsonl", "--loop", "bench.scale_soak:make_loop", "--model", "openai:m"
+    )
+    assert_one_line_error(both)
+    assert "pass --model (with --workspace, --tools) or --loop module:function" in both.err
+    assert not (tmp_path / "j.db").exists()

@@ -78,6 +78,25 @@ async def test_resubmitting_the_same_batch_never_duplicates_a_run(tmp_path: Path
     assert sql(tmp_path / "j.db", "SELECT count(*) FROM journal") == [(0,)]
 
 
+class CountingJournal(SQLiteJournal):
+    """A real SQLite journal that counts the rows asked for."""
+
+    creates = 0
+
+    async def create(self, spec: Any, *, ttl_s: float) -> Any:
+        self.creates += 1
+        return await super().create(spec, ttl_s=ttl_s)
+
+
+async def test_resubmitting_writes_only_the_new_rows(tmp_path: Path) -> None:
+    async with CountingJournal(tmp_path / "j.db") as j:
+        await submit(j, goals(5))
+        assert j.creates == 5
+        ids = await submit(j, [*goals(5), "task new"])  # one query finds the five made before
+        assert j.creates == 6
+        assert len(await j.list_runs()) == 6 and len(ids) == 6
+
+
 async def test_two_goals_with_one_explicit_id_but_different_content_are_refused(
     tmp_path: Path,
 ) -> None:

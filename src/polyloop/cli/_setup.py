@@ -327,6 +327,11 @@ async def build_loop(
             limits = Limits.from_dict({**spec.limits.to_dict(), **changed})
     else:
         limits = Limits.from_dict(config["limits"])
+    if "loop" in config:
+        raise BadInput(
+            f"run {run_id!r} was started by polyloop batch --loop {config['loop']}: continue "
+            "it with polyloop recover or by re-running that batch"
+        )
     workspace = Path(config["workspace"])
     if not await asyncio.to_thread(workspace.is_dir):
         raise BadInput(f"the run's workspace {workspace} no longer exists")

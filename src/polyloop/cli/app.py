@@ -969,6 +969,28 @@ def batch_loop(config: dict[str, Any], journal: Any) -> Any:
     return Loop(_model(config), tools=tools, journal=journal, limits=limits)
 
 
+def factory_loop(config: dict[str, Any], journal: Any) -> Any:
+    """The Loop of a batch started with ``--loop module:function``: that factory's Loop (the
+    run's limits are the command's, stored with it; module-level, so Ray workers can import
+    it)."""
+    from polyloop.batch import resolve_factory
+
+    return resolve_factory(config["loop"])(journal)
+
+
+def _loop_config(
+    loop: str, *, max_steps: int, max_actions: int | None, max_prompt_chars: int | None
+) -> dict[str, Any]:
+    """The stored config of a batch whose Loop comes from a ``module:function`` factory
+    (checked here: a bad path is one line, before anything is written)."""
+    from polyloop import Limits
+    from polyloop.batch import resolve_factory
+
+    resolve_factory(loop)
+    limits = Limits(max_steps=max_steps, max_actions=max_actions, max_prompt_chars=max_prompt_chars)
+    return {"loop": loop, "limits": limits.to_dict()}
+
+
 def _built_loop(loop: Any, journal: Any) -> Any:
     """A Loop factory handing out a Loop already built on that journal."""
     return loop
@@ -1081,7 +1103,10 @@ def batch(
     file: Annotated[
         Path, typer.Argument(help='JSONL: one {"goal": ..., "run_id"?, "metadata"?} a line.')
     ],
-    model: ModelOpt,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini."),
+    ] = None,
     workspace: WorkspaceOpt = Path("."),
     tools: ToolsOpt = "files,shell",
     base_url: BaseUrlOpt = None,
@@ -1089,6 +1114,15 @@ def batch(
     max_actions: MaxActionsOpt = None,
     max_prompt_chars: MaxPromptCharsOpt = None,
     journal: BatchJournalOpt = None,
+    loop: Annotated[
+        str | None,
+        typer.Option(
+            "--loop",
+            help="Instead of --model/--workspace/--tools: 'package.module:function', a "
+            "make_loop(journal) -> Loop importable here and on the Ray workers (stored with "
+            "each run, so recover rebuilds it).",
+        ),
+    ] = None,
     backend: Annotated[
         Literal["local", "ray"],
         typer.Option(
@@ -1111,16 +1145,27 @@ def batch(
 
     if concurrency < 1:
         raise _fail(f"--concurrency must be at least 1, got {concurrency}")
+    if (model is None) == (loop is None):
+        raise _fail("pass --model (with --workspace, --tools) or --loop module:function")
     try:
-        config = run_config(
-            model=model,
-            base_url=base_url,
-            workspace=workspace,
-            tools=tools,
-            max_steps=max_steps,
-            max_actions=max_actions,
-            max_prompt_chars=max_prompt_chars,
-        )
+        if loop is not None:
+            config = _loop_config(
+                loop,
+                max_steps=max_steps,
+                max_actions=max_actions,
+                max_prompt_chars=max_prompt_chars,
+            )
+        else:
+            assert model is not None
+            config = run_config(
+                model=model,
+                base_url=base_url,
+                workspace=workspace,
+                tools=tools,
+                max_steps=max_steps,
+                max_actions=max_actions,
+                max_prompt_chars=max_prompt_chars,
+            )
         goals = load_goals(file, reserved=("cli",))
     except GoalFileError as exc:
         raise _fail(str(exc)) from None
@@ -1145,7 +1190,7 @@ def batch(
         return await run_batch(
             spec,
             goals,
-            functools.partial(batch_loop, config),
+            functools.partial(factory_loop if loop is not None else batch_loop, config),
             concurrency=concurrency,
             backend=backend,
             limits=Limits.from_dict(config["limits"]),
@@ -1251,6 +1296,16 @@ def recover(
             outcomes: list[Any] = []
             if not dry_run:
                 for config, ids in groups.values():
+                    if "loop" in config:  # started by `polyloop batch --loop`
+                        result = await execute(
+                            j,
+                            ids,
+                            functools.partial(factory_loop, config),
+                            concurrency=concurrency,
+                            on_progress=progress,
+                        )
+                        outcomes.extend(result.outcomes)
+                        continue
                     async with contextlib.AsyncExitStack() as servers:
                         loop, _, _ = await build_loop(
                             OpenJournal(j, Path(spec)),
