@@ -75,6 +75,7 @@ from ..types import (
     StepWritten,
     StopReason,
     ToolSpec,
+    fast_init,
 )
 from . import acting, guarding, liveness, stopping
 from . import model_call as calling
@@ -122,6 +123,7 @@ class KernelConfig:
     end_write_timeout_s: float = 10.0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepCtx:
     """The step in progress once its action intent is durable."""
