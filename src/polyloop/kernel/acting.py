@@ -211,9 +211,12 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
     # Its own task, from its first line (what a tool's asyncio.timeout or TaskGroup takes
     # as the current task must be the action's, never the run's), shielded: on the run's
     # cancellation the action may finish within the grace period.
-    task = d._action_task = asyncio.ensure_future(execute(d, intent.action, ctx))
-    # Wait for it without passing the run's cancellation on to it (as asyncio.shield).
-    done = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    task = d._action_task = loop.create_task(execute(d, intent.action, ctx, done))
+    # Wait for it without passing the run's cancellation on to it (as asyncio.shield). The
+    # task wakes the run itself as its last line (one turn of the event loop fewer than a
+    # done callback); the callback covers a task cancelled before its first line.
     task.add_done_callback(functools.partial(wake, done))
     await done
     # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
@@ -225,9 +228,12 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
     return await settle(d, sc, result_record(d, sc, outcome, latency))
 
 
-async def execute(d: RunDriver, action: Action, ctx: ToolContext) -> Outcome | OutcomeUnknown:
-    """The environment's outcome of ``action``; the ``OutcomeUnknown`` it raised is handed
-    back (to :func:`act`: the run's rule for an action whose outcome is not known)."""
+async def execute(
+    d: RunDriver, action: Action, ctx: ToolContext, done: asyncio.Future[None] | None = None
+) -> Outcome | OutcomeUnknown:
+    """The environment's call, in the action's task; ``done`` is woken as it ends. The
+    ``OutcomeUnknown`` it raised is handed back (to :func:`act`: the run's rule for an action
+    whose outcome is not known)."""
     try:
         pending = d.cfg.environment.execute(action, ctx)
         if not inspect.isawaitable(pending):  # a synchronous execute: it already ran
@@ -239,6 +245,9 @@ async def execute(d: RunDriver, action: Action, ctx: ToolContext) -> Outcome | O
         return handed_over(exc)
     except (EnvironmentFailure, MalformedValue) as exc:
         return env_failed(exc)
+    finally:
+        if done is not None and not done.done():
+            done.set_result(None)
     if not isinstance(outcome, Outcome):
         return env_failed(not_an_outcome(outcome))
     return outcome

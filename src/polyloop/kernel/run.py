@@ -78,6 +78,7 @@ from ..types import (
     StepWritten,
     StopReason,
     ToolSpec,
+    fast_init,
 )
 from . import acting, approving, guarding, liveness, stopping
 from . import model_call as calling
@@ -130,6 +131,7 @@ class KernelConfig:
     """The observation of a denied action (``Templates.approval_denied``)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepCtx:
     """The step in progress once its action intent is durable."""

@@ -32,6 +32,7 @@ from ._events import (
     StepAppended,
 )
 from ._extras import import_extra
+from ._fast import fast_init
 from ._guards import (
     Complete,
     GuardCheck,
@@ -204,6 +205,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "detect_pattern",
+    "fast_init",
     "first_invalid",
     "import_extra",
     "raw_response_of",

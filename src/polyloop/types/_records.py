@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import JournalError
+from ._fast import fast_init
 from ._guards import GuardVerdict
 from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._report import EscalationReport
@@ -66,6 +67,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """A model-call error as journaled: class name, message, and the ModelCallError fields."""
@@ -84,6 +86,7 @@ class ErrorInfo:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelIntent:
     """Durable before the model is called. One per attempt; same ``intent_id`` for every
@@ -102,6 +105,7 @@ class ModelIntent:
     run, so a resume finishes the wrap-up as it began. Left out of the JSON form when None."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelResult:
     """Durable before anything acts on the reply."""
@@ -120,6 +124,7 @@ class ModelResult:
     the model's ``Pricing``; None when neither is known. Left out of the JSON form when None."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelAttemptFailed:
     """An attempt that failed and will be retried."""
@@ -138,6 +143,7 @@ class ModelAttemptFailed:
     False."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelFailure:
     """The final, unrecoverable failure of a step's model call (the step ends ``llm_error``)."""
@@ -152,6 +158,7 @@ class ModelFailure:
     """Code points of the error's texts that were replaced with U+FFFD."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ActionIntent:
     """Durable before the environment is called. ``op_id`` is the tool's idempotency key;
@@ -168,6 +175,7 @@ class ActionIntent:
     """Code points of the action as the interpreter returned it that were replaced."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ActionResult:
     """Written in one transaction with the step record it produced."""
@@ -181,6 +189,7 @@ class ActionResult:
     """Code points of the outcome as the environment returned it that were replaced."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ActionUnknown:
     """The environment's ``execute`` raised ``OutcomeUnknown`` during a live run: execution
@@ -276,6 +285,7 @@ class PendingAction:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunEnd:
     """The end record. Exactly one per run; written with the step that ends the run."""
@@ -294,6 +304,7 @@ class RunEnd:
     was kept."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunTotals:
     """What a run spent, summed over every model-call attempt and execution (the budgets
@@ -360,6 +371,7 @@ class RunSpec:
     wording_version: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """The right to advance one run, held by one execution until ``expires_at`` (epoch s).
@@ -832,6 +844,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
     raise JournalError(f"unknown journal record kind {kind!r}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Turn:
     """What a context builder is given to add one step to the conversation.

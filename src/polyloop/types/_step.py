@@ -9,6 +9,7 @@ from typing import Any
 
 from ._enums import ActionStatus
 from ._errors import JournalError
+from ._fast import fast_init
 from ._values import canonical_json
 
 __all__ = ["STEP_SCHEMA_VERSION", "StepRecord"]
@@ -21,6 +22,7 @@ def _fail(name: str, expected: str, value: object) -> TypeError:
     return TypeError(f"StepRecord.{name} must be {expected}, got {value!r}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """One step of a run's trajectory. Immutable; validated at construction.

@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 from ._enums import ActionStatus
 from ._errors import ConfigError, MalformedValue
+from ._fast import fast_init
 
 __all__ = [
     "Action",
@@ -102,6 +103,7 @@ def canonical_json(value: Any) -> str:
     return _FAST(value)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token usage of one model call, as the provider reported it (None: not reported).
@@ -179,6 +181,7 @@ class Pricing:
         ) / 1_000_000
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One native tool call in a model reply.
@@ -209,6 +212,7 @@ class ToolCall:
         return canonical_json(dict(self.arguments))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """What the kernel hands the model for one call.
@@ -235,6 +239,7 @@ class ModelRequest:
     ``Loop(wrap_up=True)``, asks this way)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelReply:
     """One model reply: visible ``text``, optional ``reasoning``, native ``tool_calls``, the
@@ -287,6 +292,7 @@ def raw_response_of(reply: ModelReply) -> str:
     return reply.text + "\n" + canonical_json(calls)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Action:
     """A decision to act. ``text`` is how the action appears in the trajectory (the interpreter
@@ -311,6 +317,7 @@ class Action:
             raise _bad("Action.call_id", "a str or None", self.call_id)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FinalAnswer:
     """A decision to stop with an answer (``text``: a str, else ``MalformedValue``)."""
@@ -322,6 +329,7 @@ class FinalAnswer:
             raise _bad("FinalAnswer.text", "a str", self.text)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InvalidDecision:
     """The reply could not be read as an action or a final answer. ``feedback`` is sent back to
@@ -337,6 +345,7 @@ class InvalidDecision:
 Decision: TypeAlias = Action | FinalAnswer | InvalidDecision
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A failure described by stable fields, for the failure guard (kernel.md §10).
@@ -490,6 +499,7 @@ def _as_tuple(value: object, field: str, item: type, expected: str) -> tuple[Any
     return value
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What the environment reports for one action.
@@ -576,6 +586,7 @@ class Outcome:
         return () if self.failure is None else (self.failure,)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Handed to a tool that asks for it. ``op_id`` is allocated and journaled before the call
