@@ -6,9 +6,11 @@ no decision is made. Crashes anywhere on the path resume into the same end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -324,24 +326,20 @@ def journal_where() -> Any:
     return make
 
 
-class open_where:
-    """An opened journal from :func:`journal_where`'s string (async context manager)."""
+@contextlib.asynccontextmanager
+async def open_where(where: str) -> AsyncIterator[Any]:
+    """An opened journal from :func:`journal_where`'s string."""
+    if where.startswith("postgres:"):
+        from polyloop.journal import PostgresJournal
 
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    async def __aenter__(self) -> Any:
-        if self.where.startswith("postgres:"):
-            from polyloop.journal import PostgresJournal
-
-            dsn, _, schema = self.where.removeprefix("postgres:").partition("#")
-            self.journal: Any = await PostgresJournal(dsn, schema=schema).open()
-        else:
-            self.journal = SQLiteJournal(self.where)
-        return self.journal
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.journal.aclose()
+        dsn, _, schema = where.removeprefix("postgres:").partition("#")
+        journal: Any = await PostgresJournal(dsn, schema=schema).open()
+    else:
+        journal = SQLiteJournal(where)
+    try:
+        yield journal
+    finally:
+        await journal.aclose()
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
@@ -377,15 +375,7 @@ async def test_runs_parking_together_are_each_marked_awaiting_approval(
 
 def opened(backend: str, tmp_path: Path, journal_where: Any) -> Any:
     if backend == "memory":
-
-        class Memory:
-            async def __aenter__(self) -> MemoryJournal:
-                return MemoryJournal()
-
-            async def __aexit__(self, *exc: object) -> None:
-                return None
-
-        return Memory()
+        return contextlib.nullcontext(MemoryJournal())
     return open_where(journal_where(backend, tmp_path))
 
 
