@@ -35,7 +35,7 @@ from ..types import (
     StopReason,
     ToolContext,
 )
-from . import guarding, liveness, stopping
+from . import eager, guarding, liveness, stopping
 from .report import build_report
 from .requests import pending_action
 from .steps import (
@@ -210,15 +210,17 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
     t = d.cfg.clock.monotonic()
     # Its own task, from its first line (what a tool's asyncio.timeout or TaskGroup takes
     # as the current task must be the action's, never the run's), shielded: on the run's
-    # cancellation the action may finish within the grace period.
+    # cancellation the action may finish within the grace period. Started eagerly: a tool
+    # that never suspends has finished when start returns (no turn of the event loop).
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    task = d._action_task = loop.create_task(execute(d, intent.action, ctx, done))
-    # Wait for it without passing the run's cancellation on to it (as asyncio.shield). The
-    # task wakes the run itself as its last line (one turn of the event loop fewer than a
-    # done callback); the callback covers a task cancelled before its first line.
-    task.add_done_callback(functools.partial(wake, done))
-    await done
+    task = d._action_task = eager.start(loop, execute(d, intent.action, ctx, done))
+    if not task.done():
+        # Wait for it without passing the run's cancellation on to it (as asyncio.shield).
+        # The task wakes the run itself as its last line (one turn of the event loop fewer
+        # than a done callback); the callback covers a task cancelled before its first line.
+        task.add_done_callback(functools.partial(wake, done))
+        await done
     # Cancelled, though nobody cancelled the run: the environment's call cancelled itself
     # (it awaited something another party cancelled). An environment failure.
     outcome = self_cancelled() if task.cancelled() else task.result()
