@@ -2,8 +2,9 @@
 
 ``floor``: an asyncio loop that calls the fake model, calls the tool, appends two messages,
 repeats. ``floor_sqlite``: the same, plus the commits PolyLoop's durable journal makes per step
-(model intent; model result + action intent; action result + step: 3 for a tool step, 2 for
-the final answer), each its own fsync'd transaction on one SQLite connection in WAL mode
+(the first model intent alone; then per tool step model result + action intent, and action
+result + step + the next step's model intent: 2 per step; the final answer's result + step +
+end), each its own fsync'd transaction on one SQLite connection in WAL mode
 (``synchronous=FULL`` or ``NORMAL``), made inline on the event loop thread — what the disk
 costs, nothing more.
 """
@@ -82,9 +83,9 @@ async def _run(spec: Spec, disk: _Disk | None, latency: float) -> str:
         {"role": "user", "content": GOAL},
     ]
     seq = 1
+    if disk is not None:
+        seq = disk.commit(run_id, seq, {"kind": "model_intent", "step_idx": 0})
     for i in range(spec.steps):
-        if disk is not None:
-            seq = disk.commit(run_id, seq, {"kind": "model_intent", "step_idx": i})
         reply = await _model(messages, i, spec.steps, latency)
         result = {"kind": "model_result", "step_idx": i, "reply": reply}
         messages.append(reply)
@@ -99,7 +100,8 @@ async def _run(spec: Spec, disk: _Disk | None, latency: float) -> str:
         observation = await _noop()
         if disk is not None:
             step = {"kind": "step", "step_idx": i, "observation": observation}
-            seq = disk.commit(run_id, seq, {"kind": "action_result"}, step)
+            nxt = {"kind": "model_intent", "step_idx": i + 1}
+            seq = disk.commit(run_id, seq, {"kind": "action_result"}, step, nxt)
         messages.append({"role": "tool", "tool_call_id": "c", "content": observation})
     return ""
 

@@ -156,7 +156,9 @@ async def test_resume_carries_the_token_cost_and_time_counts() -> None:
         return noop_with(used(10, 10))
 
     limits = Limits(max_tokens=60, max_steps=30)
-    journal = RecordingJournal(crash_at=6, crash_after=True)  # after two steps, 3 appends each
+    # After two steps: the first model intent, then two writes a step (the model result with
+    # the action intent; the action result and the step with the next step's model intent).
+    journal = RecordingJournal(crash_at=5, crash_after=True)
     with pytest.raises(Crash):
         await loop_of(FunctionModel(reply, pricing=PRICES), limits, journal, clock=clock).run(
             "go", run_id="r"
@@ -178,7 +180,7 @@ async def test_an_override_on_resume_lifts_a_spent_budget() -> None:
     r = await loop_of(model, Limits(max_tokens=20), journal).run("go", run_id="r")
     assert r.stop_reason == StopReason.token_budget
     # An ended run comes back as it ended; a run stopped mid-way is resumed with more room.
-    journal2 = RecordingJournal(crash_at=6, crash_after=True)
+    journal2 = RecordingJournal(crash_at=5, crash_after=True)
     model2 = ScriptedModel([noop_with(used(10, 10))] * 3 + ["done"])
     with pytest.raises(Crash):  # dies after two steps, with 40 of its 40 tokens spent
         await loop_of(model2, Limits(max_tokens=40), journal2).run("go", run_id="r2")
@@ -199,7 +201,7 @@ async def test_the_budget_hint_shows_what_is_left_and_resume_rebuilds_it_byte_fo
         return noop_with(used(100, 20))
 
     limits = Limits(max_steps=5, max_tokens=1000, max_cost=1.0, max_seconds=60)
-    journal = RecordingJournal(crash_at=6, crash_after=True)
+    journal = RecordingJournal(crash_at=5, crash_after=True)  # after two steps
     builder = ChatContextBuilder(system_prompt="S", budget_hint=True)
 
     def loop(j: RecordingJournal) -> Loop:

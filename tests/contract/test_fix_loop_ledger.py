@@ -195,7 +195,8 @@ async def test_test_edits_are_journaled_and_named_in_the_result_also_without_the
         TestEdit(0, "tests/test_orders.py", ("assertion_deleted",)),
         TestEdit(2, "tests/test_orders.py", ("assertion_deleted",)),
     )
-    assert ["action_result", "test_edit", "step"] in journal.kinds()
+    # Written with its step (and the next step's model intent).
+    assert ["action_result", "test_edit", "step", "model_intent"] in journal.kinds()
     rebuilt = await Loop(edit_then_run([]), tools=suite.tools, journal=journal.inner).resume("t")
     assert rebuilt.test_edits == r.test_edits
 
@@ -325,4 +326,4 @@ async def test_the_crash_scenario_writes_every_ledger_record() -> None:
     assert r.stop_reason == StopReason.repeated_failure and r.steps_used == 7
     kinds = [k for batch in journal.kinds() for k in batch]
     assert (kinds.count("failure_known"), kinds.count("failure_seen")) == (2, 4)
-    assert kinds.count("test_edit") == 1 and journal.count == 21
+    assert kinds.count("test_edit") == 1 and journal.count == 15

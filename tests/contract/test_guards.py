@@ -116,7 +116,8 @@ async def test_guards_run_in_order_and_the_first_steer_wins() -> None:
     )
     assert calls == ["first", "second", "first", "second", "third"]
     batches = journal.kinds()
-    assert ["guard_verdict", "guard_verdict", "step"] in batches  # written with the step
+    # Written with the step (and the next step's model intent).
+    assert ["guard_verdict", "guard_verdict", "step", "model_intent"] in batches
     assert batches[-1] == ["guard_verdict"] * 3 + ["step", "end"]
 
 
@@ -272,7 +273,7 @@ async def test_failures_a_b_a_stop_at_the_third_round_with_a_limit_of_two() -> N
     assert "alternating" in md and FAIL_A.fingerprint() in md and "decide" in md
     assert '"pattern":"alternating"' in report.to_json()
     # The ledger is in the journal, each entry written with its step.
-    assert ["action_result", "failure_seen", "step"] in journal.kinds()
+    assert ["action_result", "failure_seen", "step", "model_intent"] in journal.kinds()
     end = journal.end("f")
     assert end is not None and end.report == report
 
@@ -317,13 +318,14 @@ async def test_the_failure_guard_is_off_by_default_and_writes_no_ledger() -> Non
 async def test_resume_continues_the_ledger_and_a_new_run_starts_clean() -> None:
     journal = MemoryJournal()
     limits = Limits(max_steps=20, same_failure_limit=2)
-    # Crash after round 2's test step (4 writes per action step: step 3 ends at write 16).
+    # Crash after round 2's test step (the first model intent, then two writes per action
+    # step: step 3 ends at write 9).
     with pytest.raises(Crash):
         await Loop(
             FunctionModel(edit_then_test),
             tools=fix_loop(["A", "B"]),
             limits=limits,
-            journal=RecordingJournal(journal, crash_at=16, crash_after=True),
+            journal=RecordingJournal(journal, crash_at=9, crash_after=True),
         ).run("fix", run_id="c")
     assert sum(isinstance(x, FailureSeen) for x in journal.records("c")) == 2
     r = await Loop(

@@ -133,16 +133,25 @@ async def reference() -> tuple[RecordingJournal, Any]:
 async def test_reference_run_shape() -> None:
     journal, r = await reference()
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
-    # Six steps: an intent each (two for the retried step), the model result in one write
-    # with what acts on it (action intent or step), an action's result with its step.
-    assert journal.count == len(journal.appends) == 19
-    assert [k for k in journal.kinds() if "model_result" in k] == [
+    # Six steps: the model result in one write with what acts on it (action intent or step);
+    # a step that does not end the run in one write with the next step's first model intent
+    # (only the first step's intent, and the retried attempt's, are written alone).
+    assert journal.count == len(journal.appends) == 14
+    assert journal.kinds() == [
+        ["model_intent"],
         ["model_result", "action_intent"],
-        ["model_result", "step"],
+        ["action_result", "step", "model_intent"],
+        ["model_result", "step", "model_intent"],
+        ["model_attempt_failed"],
+        ["model_intent"],
         ["model_result", "action_intent"],
+        ["action_result", "step", "model_intent"],
         ["model_result", "action_intent"],
+        ["action_result", "step", "model_intent"],
         ["model_result", "action_intent"],
+        ["action_result", "step", "model_intent"],
         ["model_result", "action_intent"],
+        ["action_result", "step", "end"],
     ]
 
 
@@ -407,8 +416,9 @@ async def test_resume_rebuilds_counters_including_consecutive_invalid() -> None:
         return ModelReply("") if request.step_idx < 5 else ModelReply("fin")
 
     journal = MemoryJournal()
-    # An invalid step is two writes (intent; result with step): crash after step 1's step.
-    rec = RecordingJournal(journal, crash_at=4, crash_after=True)
+    # An invalid step is one write (the result with the step and the next step's intent),
+    # after the first step's intent written alone: crash after step 1's step.
+    rec = RecordingJournal(journal, crash_at=3, crash_after=True)
     with pytest.raises(Crash):
         await Loop(
             FunctionModel(invalid_twice), journal=rec, limits=Limits(max_consecutive_invalid=3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from polyloop import (
     ModelReply,
     Outcome,
     RetryPolicy,
+    RunDetached,
     StopReason,
     ToolRegistry,
 )
@@ -535,7 +537,7 @@ async def test_the_action_intent_is_durable_before_the_environment_is_called() -
     r = await Loop(ScriptedModel([call("probe"), "x"]), tools=tools, journal=journal).run("g")
     kinds = journal.kinds()
     assert kinds[seen[0] - 1] == ["model_result", "action_intent"]
-    assert kinds[seen[0]] == ["action_result", "step"]
+    assert kinds[seen[0]] == ["action_result", "step", "model_intent"]  # the next step's
     intent = next(x for x in journal.inner.records(r.run_id) if isinstance(x, ActionIntent))
     assert intent.action.tool_name == "probe"
 
@@ -553,3 +555,53 @@ async def test_a_retry_after_beyond_the_policys_ceiling_is_not_waited_for(
     r = await loop_with(script, journal, clock=clock).run("g")
     assert r.stop_reason == StopReason.llm_error and clock.sleeps == []
     assert "attempts=1" in (r.stop_detail or "")
+
+
+async def test_a_step_is_written_with_the_next_intent_unless_the_run_will_stop() -> None:
+    # The run goes on: the step and the next model intent in one write. The run will stop (a
+    # stop request, a detach, a spent budget): the step alone, and no intent without a call.
+    class Journal(RecordingJournal):
+        async def request_end(self, *args: Any, **kwargs: Any) -> Any:
+            return await self.inner.request_end(*args, **kwargs)
+
+    journal = Journal()
+    tools = ToolRegistry()
+    holder: dict[str, Any] = {}
+
+    @tools.tool
+    async def work(then: str) -> str:
+        """Work, then ask for something."""
+        if then == "stop":
+            await holder["loop"].stop("s", reason="enough")
+        elif then == "detach":
+            assert holder["loop"].detach("d") is True
+        return "ok"
+
+    def loop(script: list[Any], limits: Limits | None = None) -> Loop:
+        holder["loop"] = Loop(ScriptedModel(script), tools=tools, journal=journal, limits=limits)
+        return holder["loop"]
+
+    r = await loop([call("work", {"then": ""}), call("work", {"then": "stop"}), "x"]).run(
+        "g", run_id="s"
+    )
+    assert r.stop_reason == StopReason.stopped and r.steps_used == 2
+    assert journal.kinds()[2] == ["action_result", "step", "model_intent"]
+    assert journal.kinds()[-3:] == [
+        ["model_result", "action_intent"],
+        ["action_result", "step"],
+        ["end"],
+    ]
+    intents = [x for x in journal.inner.records("s") if isinstance(x, ModelIntent)]
+    assert [i.step_idx for i in intents] == [0, 1]  # none for a step that never began
+
+    before = len(journal.appends)
+    with pytest.raises(RunDetached):
+        await loop([call("work", {"then": "detach"}), "x"]).run("g", run_id="d")
+    assert journal.kinds()[before:][-1] == ["action_result", "step"]
+    intents = [x for x in journal.inner.records("d") if isinstance(x, ModelIntent)]
+    assert [i.step_idx for i in intents] == [0]
+
+    before = len(journal.appends)
+    r = await loop([call("work", {"then": ""})] * 3, Limits(max_steps=2)).run("g", run_id="b")
+    assert r.stop_reason == StopReason.step_budget
+    assert journal.kinds()[before:][-2:] == [["action_result", "step"], ["end"]]

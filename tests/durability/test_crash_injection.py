@@ -71,7 +71,7 @@ async def test_sigkill_around_every_write_then_resume_in_another_process(
     finally:
         for server in servers:
             await server.close()
-    assert len(outcomes) == len(writes) == 19  # every write of the six-step run
+    assert len(outcomes) == len(writes) == 14  # every write of the six-step run
     for n, r, lines, world in outcomes:
         charged = [x for x in lines if x.startswith("charged")] + world.charged
         stored = [x.split()[1] for x in lines if x.startswith("stored")] + world.stored

@@ -147,7 +147,7 @@ async def test_a_crash_around_any_write_resumes_to_the_same_steps_and_context(
     async with every_journal() as journal:
         counted = recording(journal)
         ref = await bad_loop(counted, arguments).run("echo it", run_id="ref")
-    assert counted.count == 5
+    assert counted.count == 4  # the step written with the next step's model intent
     for n in range(1, counted.count + 1):
         run_id = f"r{n}"
         async with every_journal() as journal:

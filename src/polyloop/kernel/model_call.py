@@ -81,19 +81,26 @@ async def model_phase(
     replaced: int = 0,
     tier: int = 0,
     wrap_up: StopReason | None = None,
+    *,
+    written: bool = False,
 ) -> RunResult | None:
     """C, from ``attempt`` on. ``failures``: failed attempts of this step so far, since it
     last fell back; ``replaced``: code points replaced in their errors (part of the step's
     count); ``tier``: which of the models the attempt asks (a FallbackModel's; a resumed
     run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
-    the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`)."""
+    the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`);
+    ``written``: the first attempt's model intent is durable already (written with the step
+    before it: ``RunDriver._next_intent``)."""
     cfg = d.cfg
     clock = cfg.clock
     last = len(d._models) - 1
     while True:
         tier = min(tier, last)
         name = d._model_names[tier]
-        await d._write((ModelIntent(step_idx, intent_id, attempt, name, wrap_up),))
+        if written:
+            written = False
+        else:
+            await d._write((ModelIntent(step_idx, intent_id, attempt, name, wrap_up),))
         on_delta = None
         d._partial = False
         if d._observers:

@@ -6,10 +6,14 @@ Per step the journal receives, each durable before the next thing happens:
 reply: the ``action_intent`` (before the environment is called), or the step of an invalid
 decision or final answer (written alone first when run-end guards will read the answer) →
 ``action_result`` + ``step`` in one transaction. A step that ends the run is written in one
-transaction with the end record. So a tool step costs three commits, not four: the reply is
-still durable before anything acts on it (interpreting it is reading, not acting), and a crash
-before that commit is a model intent without result, which resume answers by calling the model
-again (the lost attempt is marked ``uncertain`` in the accounts).
+transaction with the end record; a step that does not is written in one transaction with the
+next step's first ``model_intent`` whenever nothing stands between them (no request to end or
+detach the run, A and B passed, no observers that could detach it: ``_next_intent``). So a
+tool step costs two commits, not four: the reply is still durable before anything acts on it
+(interpreting it is reading, not acting), the intent is still durable before the model is
+called, and a crash before that commit is a model intent without result, which resume
+answers by calling the model again (the lost attempt is marked ``uncertain`` in the
+accounts).
 
 In-memory state is updated *before* each write: a write that fails ends this execution with an
 exception (the state is thrown away, the journal is what resume reads), and a write that is
@@ -28,8 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..seams import (
     Clock,
@@ -56,6 +60,7 @@ from ..types import (
     InvalidDecision,
     JournalError,
     Lease,
+    ModelIntent,
     ModelReply,
     ModelResult,
     Observer,
@@ -129,6 +134,26 @@ class KernelConfig:
     (a sweeper may then deny it, reason "timed out"); None: never."""
     approval_denied: str = DEFAULT_TEMPLATES.approval_denied
     """The observation of a denied action (``Templates.approval_denied``)."""
+    # Derived once here, not per run (checking a runtime Protocol costs more than a short
+    # run's first step): the models a step may ask, in order (a FallbackModel's, or the one
+    # model), the failure kinds that move to the next one, and the environment's
+    # NeedsApproval method (None: no action ever needs approval).
+    models: tuple[Model, ...] = field(init=False)
+    fallback_on: frozenset[str] = field(init=False)
+    needs_approval: Callable[[Action], bool] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        model = self.model
+        if isinstance(model, ModelChain):
+            models: tuple[Model, ...] = tuple(model.models)
+            fallback_on = frozenset(model.fallback_on)
+        else:
+            models, fallback_on = (model,), frozenset()
+        object.__setattr__(self, "models", models)
+        object.__setattr__(self, "fallback_on", fallback_on)
+        env = self.environment
+        approval = env.needs_approval if isinstance(env, NeedsApproval) else None
+        object.__setattr__(self, "needs_approval", approval)
 
 
 @fast_init
@@ -186,9 +211,7 @@ class RunDriver:
         self.resumed = resumed
         self.detach_requested = False
         self._observers = cfg.observers
-        self._needs_approval = (
-            cfg.environment.needs_approval if isinstance(cfg.environment, NeedsApproval) else None
-        )
+        self._needs_approval = cfg.needs_approval
         self._ended = False
         # The action in flight, in its own task: from its start until its result is durable.
         self._action_task: asyncio.Future[Outcome | OutcomeUnknown] | None = None
@@ -201,20 +224,17 @@ class RunDriver:
         self._closing = False  # past the point where a cancel request may cancel _task
         self._beat: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Future[None] | None = None
-        # The models a step may ask, in order: a FallbackModel's, or the one model.
-        model = cfg.model
-        if isinstance(model, ModelChain):
-            self._models: tuple[Model, ...] = tuple(model.models)
-            self._fallback_on = frozenset(model.fallback_on)
-        else:
-            self._models = (model,)
-            self._fallback_on = frozenset()
+        self._models = cfg.models
+        self._fallback_on = cfg.fallback_on
         self._model_names = tuple(model_name(m) for m in self._models)
         self._pricing = tuple(calling.pricing_of(m) for m in self._models)
         # Active time: what earlier executions journaled, plus this one's since it began.
         self._active_base = state.active_s
         self._active_t0 = cfg.clock.monotonic()
         self._partial = False  # the attempt in flight has delivered a ModelDelta
+        # The next step's first model intent, written with the step before it (see
+        # _next_intent): the intent, the step's start and its prompt size.
+        self._begun: tuple[ModelIntent, float, int] | None = None
 
     # -- the loop -----------------------------------------------------------------------------
     async def drive(self, interrupted: Interrupted | None) -> RunResult:
@@ -235,10 +255,11 @@ class RunDriver:
                 return await self._end_requested(interrupted)
             result = await self._continue(interrupted) if interrupted is not None else None
             while result is None:
-                if stopping.requested(self.request) is not None:  # before A
-                    return await self._end_requested(None)
-                if self.detach_requested:
-                    raise RunDetached(self.run_id, len(st.steps))
+                if self._begun is None:  # else the next step has begun: its intent is durable
+                    if stopping.requested(self.request) is not None:  # before A
+                        return await self._end_requested(None)
+                    if self.detach_requested:
+                        raise RunDetached(self.run_id, len(st.steps))
                 result = await self._iteration()
             return result
         except asyncio.CancelledError:
@@ -258,6 +279,13 @@ class RunDriver:
                     log.warning("run %s: could not release its lease", self.run_id, exc_info=True)
 
     async def _iteration(self) -> RunResult | None:
+        begun = self._begun
+        if begun is not None:  # A and B were passed as the last step was written, with C's intent
+            self._begun = None
+            intent, t0, prompt_chars = begun
+            return await calling.model_phase(
+                self, intent.step_idx, t0, prompt_chars, intent.intent_id, 1, 0, written=True
+            )
         st = self.state
         # A. Budget admission, at the start of the iteration.
         reason = stopping.admit(
@@ -504,9 +532,40 @@ class RunDriver:
     async def _append_step(
         self, records: tuple[Record, ...], step: StepRecord, reply: ModelReply, cut: int
     ) -> None:
-        await self._write((*records, self._add_to_context(step, reply, cut)))
+        """Write a step that does not end the run, and with it the next step's model intent
+        when the next iteration will call the model (:meth:`_next_intent`)."""
+        written = self._add_to_context(step, reply, cut)
+        intent = self._next_intent()
+        await self._write((*records, written) if intent is None else (*records, written, intent))
         if self._observers:
             self._emit(StepAppended(self.run_id, step))
+
+    def _next_intent(self) -> ModelIntent | None:
+        """The first model intent of the next step, to be written in one transaction with
+        the step before it (one commit per step fewer), when nothing stands before the
+        next model call: no request to end the run or detach it, A and B passed (so no
+        wrap-up either), and no observers. The step has then begun once that write is
+        durable: a request arriving during the write is honoured at the end of that next
+        step, as one arriving while a model intent is written always was. None otherwise:
+        the next iteration checks A and B and writes the intent itself.
+
+        Not with observers: they see ``StepAppended`` after the step is durable and may
+        detach the run there (``Loop.detach`` is synchronous), which must stop it before the
+        next model call, with no model intent that was never sent (it would be counted as an
+        attempt whose answer was lost)."""
+        if self._observers or self.detach_requested or self.request is not None:
+            return None
+        st = self.state
+        active = self._active()
+        used = (len(st.steps), st.actions_executed, st.tokens, st.cost_usd, active)
+        if stopping.admit(st.limits, *used) is not None:
+            return None
+        prompt_chars = self.context.prompt_chars
+        if stopping.context_overflows(st.limits, prompt_chars) is not None:
+            return None
+        intent = ModelIntent(len(st.steps), new_id(), 1, self._model_names[0])
+        self._begun = (intent, self.cfg.clock.monotonic(), prompt_chars)
+        return intent
 
     async def _end(
         self,
