@@ -297,10 +297,18 @@ def markdown(doc: dict[str, Any]) -> str:
             *(f"{c} runs: wall ÷ ideal" for c in cs),
             f"CPU µs/step @{cs[0]}",
             f"peak RSS MB @{cs[0]}",
+            f"peak RSS ÷ runs @{cs[-1]} (KB per run)",
             f"PolyLoop ÷ this @{cs[0]} (wall)",
         ]
         rows = []
         pl = ix.med("wall_s", "concurrent", "polyloop", runs=cs[0])
+
+        def per_run(system: str) -> str:
+            # Peak RSS of the process at the most concurrent runs, ÷ that many runs (imports
+            # included: an upper bound on what one more concurrent run costs).
+            rss = ix.med("peak_rss_mb", "concurrent", system, runs=cs[-1])
+            return "–" if rss is None else _num(rss * 1024 / cs[-1])
+
         for system in ["floor", "polyloop", "polyloop_sqlite", *PEERS, "langgraph_sqlite"]:
             if ix.get("concurrent", system) is None:
                 continue
@@ -312,6 +320,7 @@ def markdown(doc: dict[str, Any]) -> str:
                     *(_spread(ix.get("concurrent", system, runs=c), "wall_vs_ideal") for c in cs),
                     _spread(ix.get("concurrent", system, runs=cs[0]), "cpu_us_per_step"),
                     _spread(ix.get("concurrent", system, runs=cs[0]), "peak_rss_mb"),
+                    per_run(system),
                     "(reference)" if system == "polyloop" else _ratio(pl, this),
                 ]
             )
