@@ -665,6 +665,25 @@ def targets(doc: dict[str, Any], ix: _Index) -> list[str]:
             f"(event loop alone {_ratio(d['sqlite_loop'], d['memory'])})"
         )
     check(f"issue 4: SQLite `full` with {dr} concurrent runs < 2 × memory journal", r, 2.0, shown)
+    # Issue 21's targets (throughput at rollout scale).
+    n = counted.get("instructions_per_step_20")
+    check("issue 21: ≤ 150,000 instructions per step (callgrind)", n, 150_000, _num(n))
+    f = counted.get("flatness")
+    check("issue 21: flatness ≤ 1.05 (instructions)", f, 1.05, _num(f))
+    for system, runs, limit in (
+        ("polyloop", cs[-1], 1.25),
+        ("polyloop_sqlite", cs[0], 1.5),
+        ("polyloop_sqlite", cs[-1], 3.0),
+    ):
+        v = ix.med("wall_vs_ideal", "concurrent", system, runs=runs)
+        name = "memory" if system == "polyloop" else "SQLite `full`"
+        check(
+            f"issue 21: {runs} × {plan['concurrent_steps']} at {plan['latency_ms']:g} ms, "
+            f"{name}: ≤ {limit:g} × ideal",
+            v,
+            limit,
+            _num(v),
+        )
     return ["## Targets", "", *_table(["target", "measured (median)", ""], rows), ""]
 
 
