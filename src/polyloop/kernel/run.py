@@ -288,9 +288,7 @@ class RunDriver:
             )
         st = self.state
         # A. Budget admission, at the start of the iteration.
-        reason = stopping.admit(
-            st.limits, len(st.steps), st.actions_executed, st.tokens, st.cost_usd, self._active()
-        )
+        reason = self._admitted()
         if reason is not None:
             if self.cfg.wrap_up:
                 return await wrapping.begin(self, reason)
@@ -555,17 +553,22 @@ class RunDriver:
         attempt whose answer was lost)."""
         if self._observers or self.detach_requested or self.request is not None:
             return None
-        st = self.state
-        active = self._active()
-        used = (len(st.steps), st.actions_executed, st.tokens, st.cost_usd, active)
-        if stopping.admit(st.limits, *used) is not None:
+        if self._admitted() is not None:
             return None
+        st = self.state
         prompt_chars = self.context.prompt_chars
         if stopping.context_overflows(st.limits, prompt_chars) is not None:
             return None
         intent = ModelIntent(len(st.steps), new_id(), 1, self._model_names[0])
         self._begun = (intent, self.cfg.clock.monotonic(), prompt_chars)
         return intent
+
+    def _admitted(self) -> StopReason | None:
+        """A: the budget the run has spent, if any (:func:`.stopping.admit`)."""
+        st = self.state
+        return stopping.admit(
+            st.limits, len(st.steps), st.actions_executed, st.tokens, st.cost_usd, self._active()
+        )
 
     async def _end(
         self,
