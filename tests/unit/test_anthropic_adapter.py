@@ -420,6 +420,7 @@ CODED: dict[str, tuple[int, str, str, bool]] = {
     "EnforcedSpendLimitReachedError": (429, "enforced_spend_limit_reached", "permission", False),
     "CMEKContextUnavailableError": (503, "cmek_context_unavailable", "server", True),
     "CMEKKeyUnreachableError": (503, "cmek_key_unreachable", "server", True),
+    "StorageNotReadyError": (503, "storage_not_ready", "server", True),
     "CMEKKeyDisabledError": (400, "cmek_key_disabled", "permission", False),
     "CMEKKeyNetworkBlockedError": (400, "cmek_key_network_blocked", "permission", False),
     "ClaudeCodeKeyCreatorNotMemberError": (

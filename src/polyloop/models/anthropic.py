@@ -129,6 +129,7 @@ _ERROR_KINDS: Final[Mapping[str, tuple[str, bool]]] = {
     "ServiceUnavailableError": ("server", True),
     "CMEKContextUnavailableError": ("server", True),
     "CMEKKeyUnreachableError": ("server", True),
+    "StorageNotReadyError": ("server", True),  # 503: the workspace's storage is connecting
     "GatewayTimeoutError": ("server", True),
     "DeadlineExceededError": ("server", True),  # an alias of GatewayTimeoutError
     "HTTPNotImplementedError": ("error", False),
