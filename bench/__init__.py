@@ -18,6 +18,11 @@ SYSTEMS: dict[str, tuple[str, str, str]] = {
     ),
     "polyloop": ("bench.sys_polyloop", "polyloop", "PolyLoop, in-memory journal"),
     "polyloop_sqlite": ("bench.sys_polyloop", "polyloop", "PolyLoop, SQLiteJournal"),
+    "polyloop_sqlite_process": (
+        "bench.sys_polyloop",
+        "polyloop",
+        'PolyLoop, SQLiteJournal(writer="process")',
+    ),
     "polyloop_postgres": (
         "bench.sys_polyloop",
         "psycopg,psycopg_pool",

@@ -105,6 +105,7 @@ def configurations(plan: Plan, systems: list[str], scenarios: list[str]) -> list
             add("floor", "concurrent", n, c, 0, latency_ms=lat)
             add("polyloop", "concurrent", n, c, 0, latency_ms=lat)
             add("polyloop_sqlite", "concurrent", n, c, 0, latency_ms=lat, durability="full")
+            add("polyloop_sqlite_process", "concurrent", n, c, 0, latency_ms=lat)
             if c <= plan.peer_max_concurrency:
                 for p in [*peers, "langgraph_sqlite"]:
                     add(p, "concurrent", n, c, 0, latency_ms=lat)

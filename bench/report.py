@@ -13,6 +13,7 @@ LABELS = {
     "floor_sqlite": "floor + the same fsync'd commits",
     "polyloop": "**PolyLoop** (memory journal)",
     "polyloop_sqlite": "**PolyLoop** SQLiteJournal",
+    "polyloop_sqlite_process": '**PolyLoop** SQLiteJournal `full`, `writer="process"`',
     "polyloop_postgres": "**PolyLoop** PostgresJournal",
     "smolagents": "smolagents",
     "mini_swe_agent": "mini-swe-agent",
@@ -22,7 +23,7 @@ LABELS = {
     "openai_agents": "openai-agents",
 }
 PEERS = ("smolagents", "mini_swe_agent", "langgraph", "pydantic_ai", "openai_agents")
-SQLITE = ("polyloop_sqlite", "floor_sqlite")
+SQLITE = ("polyloop_sqlite", "polyloop_sqlite_process", "floor_sqlite")
 
 
 def _key(spec: dict[str, Any]) -> tuple[Any, ...]:
@@ -309,7 +310,8 @@ def markdown(doc: dict[str, Any]) -> str:
             rss = ix.med("peak_rss_mb", "concurrent", system, runs=cs[-1])
             return "–" if rss is None else _num(rss * 1024 / cs[-1])
 
-        for system in ["floor", "polyloop", "polyloop_sqlite", *PEERS, "langgraph_sqlite"]:
+        systems = ["floor", "polyloop", "polyloop_sqlite", "polyloop_sqlite_process"]
+        for system in [*systems, *PEERS, "langgraph_sqlite"]:
             if ix.get("concurrent", system) is None:
                 continue
             name = LABELS[system] + (" `full`" if system == "polyloop_sqlite" else "")
@@ -674,9 +676,15 @@ def targets(doc: dict[str, Any], ix: _Index) -> list[str]:
         ("polyloop", cs[-1], 1.25),
         ("polyloop_sqlite", cs[0], 1.5),
         ("polyloop_sqlite", cs[-1], 3.0),
+        ("polyloop_sqlite_process", cs[0], 1.5),
+        ("polyloop_sqlite_process", cs[-1], 3.0),
     ):
         v = ix.med("wall_vs_ideal", "concurrent", system, runs=runs)
-        name = "memory" if system == "polyloop" else "SQLite `full`"
+        name = {
+            "polyloop": "memory",
+            "polyloop_sqlite": "SQLite `full`",
+            "polyloop_sqlite_process": 'SQLite `full`, `writer="process"`',
+        }[system]
         check(
             f"issue 21: {runs} × {plan['concurrent_steps']} at {plan['latency_ms']:g} ms, "
             f"{name}: ≤ {limit:g} × ideal",

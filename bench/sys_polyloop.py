@@ -1,6 +1,8 @@
 """PolyLoop with its default adapters: ``Loop(model, tools=registry)``, one async no-op tool,
-the in-memory journal (``polyloop``), ``SQLiteJournal`` (``polyloop_sqlite``) or
-``PostgresJournal`` (``polyloop_postgres``, in a fresh schema: see bench/pg.py).
+the in-memory journal (``polyloop``), ``SQLiteJournal`` (``polyloop_sqlite``; with
+``writer="process"``: ``polyloop_sqlite_process``, whose writer process's CPU in the timed
+section is added to the CPU column) or ``PostgresJournal`` (``polyloop_postgres``, in a fresh
+schema: see bench/pg.py).
 
 The model is a minimal implementation of the ``Model`` seam, like a real adapter and like the
 peers' fake models: it keeps nothing. (``polyloop.testing.FunctionModel`` records every request
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from polyloop import (
@@ -76,10 +79,22 @@ def _model(steps: int, latency_s: float, on_call: Any = None) -> _Model:
 
 
 def _journal(spec: Spec, path: str) -> MemoryJournal | SQLiteJournal:
-    if spec.system == "polyloop_sqlite":
+    if spec.system in ("polyloop_sqlite", "polyloop_sqlite_process"):
         durability = "full" if spec.durability == "full" else "normal"
-        return SQLiteJournal(path, durability=durability, group_commit=spec.group_commit)
+        writer = "process" if spec.system == "polyloop_sqlite_process" else "thread"
+        return SQLiteJournal(
+            path, durability=durability, group_commit=spec.group_commit, writer=writer
+        )
     return MemoryJournal()
+
+
+def _writer_cpu_s(journal: _Journal) -> float:
+    """CPU seconds the journal's writer process has used so far (0 without one)."""
+    pid = getattr(getattr(journal, "_writer", None), "pid", None)
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _batches(loop: Loop, spec: Spec) -> None:
@@ -120,7 +135,12 @@ async def measure(spec: Spec) -> Measured:
     path = os.path.join(spec.workdir, "journal.db")
     journal = _journal(spec, path)
     before = sqlite_bytes(path) if isinstance(journal, SQLiteJournal) else 0
+    if isinstance(journal, SQLiteJournal) and journal.writer == "process":
+        await _warm_up(journal, tools)  # the writer process started before the timing
+        before = sqlite_bytes(path)
+    writer_cpu = _writer_cpu_s(journal)
     wall, cpu = await _timed(spec, journal, tools)
+    cpu += _writer_cpu_s(journal) - writer_cpu
     extra: dict[str, Any] = {}
     if isinstance(journal, SQLiteJournal):
         extra["journal_bytes"] = sqlite_bytes(path) - before

@@ -21,7 +21,7 @@ import pytest
 
 from polyloop.journal import MemoryJournal
 from tests.durability import pg
-from tests.durability.journals import PostgresStore, SQLiteStore, Store
+from tests.durability.journals import PostgresStore, SQLiteProcessStore, SQLiteStore, Store
 
 
 @pytest.fixture(scope="session")
@@ -40,13 +40,15 @@ def db(pg_dsn: str) -> Iterator[PostgresStore]:
         store.drop()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-process", "postgres"])
 def journal_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """A fresh, empty store of each durable journal."""
-    if request.param == "sqlite":
+    """A fresh, empty store of each durable journal (``sqlite-process``: the SQLite journal
+    with ``writer="process"``)."""
+    if request.param in ("sqlite", "sqlite-process"):
         folder = tmp_path / "store"
         folder.mkdir()
-        return SQLiteStore(folder / "j.db")
+        kind = SQLiteStore if request.param == "sqlite" else SQLiteProcessStore
+        return kind(folder / "j.db")
     store: PostgresStore = request.getfixturevalue("db")
     return store
 

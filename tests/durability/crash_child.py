@@ -99,6 +99,8 @@ def open_journal(path: str) -> Any:
         from polyloop.journal import PostgresJournal
 
         return PostgresJournal(path.removeprefix("postgres:"))
+    if path.startswith("sqlite-process:"):
+        return SQLiteJournal(path.removeprefix("sqlite-process:"), writer="process")
     return SQLiteJournal(path)
 
 

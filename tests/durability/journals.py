@@ -12,7 +12,8 @@ test_crash_injection.py) gets a fresh one per test from the ``journal_backend`` 
 - compares the store before and after (``snapshot()``: all of it; ``dump()``: every row, also
   while journals are open);
 - hands ``where`` to child processes, which open it with
-  :func:`tests.durability.crash_child.open_journal` (a file path, or ``postgres:`` and a DSN
+  :func:`tests.durability.crash_child.open_journal` (a file path, ``sqlite-process:`` and a
+  path for a journal with a writer process, or ``postgres:`` and a DSN
   whose search_path is the schema).
 """
 
@@ -123,6 +124,22 @@ class SQLiteStore:
     def wal_position(self) -> int:
         """How many bytes the write-ahead log has received so far."""
         return Path(f"{self.path}-wal").stat().st_size
+
+
+class SQLiteProcessStore(SQLiteStore):
+    """A SQLite journal file whose journal objects commit their appends in a writer process
+    (``SQLiteJournal(writer="process")``): the whole contract suite, run against that writer,
+    also in the child processes given ``where`` (``sqlite-process:`` and the path)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.where = f"sqlite-process:{path}"
+
+    def journal(self, **kw: Any) -> SQLiteJournal:
+        return SQLiteJournal(self.path, **{"writer": "process", **kw})
+
+    async def open(self, **kw: Any) -> SQLiteJournal:
+        return await asyncio.to_thread(SQLiteJournal, self.path, **{"writer": "process", **kw})
 
 
 class PostgresStore(pg.Db):

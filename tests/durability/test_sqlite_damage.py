@@ -17,6 +17,7 @@ import random
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -161,8 +162,9 @@ async def test_a_journal_found_damaged_by_a_read_is_never_written_again(tmp_path
     assert digest(path) == before
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
 async def test_a_write_that_meets_damage_fails_with_its_batch_and_no_later_write_lands(
-    tmp_path: Path,
+    tmp_path: Path, writer: Literal["thread", "process"]
 ) -> None:
     path = tmp_path / "j.db"
     async with SQLiteJournal(path) as journal:
@@ -176,7 +178,7 @@ async def test_a_write_that_meets_damage_fails_with_its_batch_and_no_later_write
     assert integrity_problems(path)
     before = digest(path)
 
-    journal = SQLiteJournal(path)
+    journal = SQLiteJournal(path, writer=writer)
     try:
         # One turn of the event loop: one batch. The append meets the damage; the renewal,
         # which alone would succeed, fails with it instead of being retried into the file.

@@ -55,18 +55,21 @@ _Fn = Callable[[sqlite3.Cursor, _Seqs], Any]
 class _Job:
     """One write: its function, and its answer once its transaction ended (set on the event
     loop's thread). ``fut`` is what the writer awaits; if that wait is cancelled, ``waiter``
-    (made on demand) tells when the answer arrived."""
+    (made on demand) tells when the answer arrived. ``payload``: an append for the writer
+    process (``SQLiteJournal(writer="process")``), which then runs instead of ``fn``."""
 
-    __slots__ = ("answered", "fn", "fut", "loop", "ok", "run_id", "value", "waiter")
+    __slots__ = ("answered", "fn", "fut", "loop", "ok", "payload", "run_id", "value", "waiter")
 
     def __init__(
         self,
-        fn: _Fn,
+        fn: _Fn | None,
         run_id: str | None,
         loop: asyncio.AbstractEventLoop,
         fut: asyncio.Future[Any],
+        payload: tuple[Any, ...] | None = None,
     ) -> None:
         self.fn = fn
+        self.payload = payload
         self.run_id = run_id
         self.loop = loop
         self.fut = fut
@@ -114,6 +117,7 @@ class _Writer:
         *,
         group_commit: bool,
         health: _Health,
+        start: bool = True,
     ) -> None:
         self._health = health
         self._conn = conn
@@ -131,7 +135,8 @@ class _Writer:
         self._thread = threading.Thread(
             target=self._main, name=f"polyloop-journal-writer:{path}", daemon=True
         )
-        self._thread.start()
+        if start:  # not started: the writer process runs batches with it (_sqlite_process)
+            self._thread.start()
 
     def submit(self, job: _Job, *, wake: bool = True) -> None:
         """Queue ``job``; ``wake=False`` leaves waking the writer to a later :meth:`wake`
@@ -231,7 +236,7 @@ class _Writer:
         for job in jobs:
             seqs = _Seqs(self._seqs, batch)
             try:
-                value = job.fn(conn, seqs)
+                value = job.fn(conn, seqs)  # type: ignore[misc]  # None only for the process
             except Exception as exc:
                 self._rollback()
                 if self._health.note(exc) is not None:  # never retried into a damaged file
@@ -262,7 +267,7 @@ class _Writer:
                 conn.execute("SAVEPOINT job")
                 seqs = _Seqs(self._seqs, batch)
                 try:
-                    value = job.fn(conn, seqs)
+                    value = job.fn(conn, seqs)  # type: ignore[misc]
                 except Exception as exc:
                     if _is_damage(exc):
                         raise  # the whole batch fails with it, below
