@@ -5,8 +5,12 @@ contract and the crash-injection proof run against it too: the ``sqlite-process`
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import os
+import pickle
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +20,9 @@ import pytest
 
 from polyloop import ConfigError, JournalError, Limits, Loop, ModelReply, StopReason
 from polyloop.journal import SQLiteJournal
+from polyloop.journal._sqlite_process import _plain_dumps
 from polyloop.testing import FunctionModel
+from polyloop.types import ModelIntent, RunEnd, RunSpec
 from tests.durability.journals import REPO
 
 CHILD = "polyloop-journal-writer"  # the first argument of every writer process
@@ -50,6 +56,15 @@ def _wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
+
+
+def _spec(run_id: str) -> RunSpec:
+    return RunSpec(run_id, "g", Limits(), 0.0, ({"role": "user", "content": "hi"},), None)
+
+
+def _sql(path: Path, query: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(query).fetchall()
 
 
 def _loop(journal: SQLiteJournal) -> Loop:
@@ -135,3 +150,71 @@ def test_the_writer_ignores_ctrl_c_and_ends_when_the_journal_process_dies(
     finally:
         holder.kill()
         holder.wait()
+
+
+async def test_values_of_the_callers_own_types_go_as_their_plain_values_and_alone(
+    tmp_path: Path,
+) -> None:
+    """A ``str`` enum or subclass the child could never import (defined here, in a function)
+    is stored as its plain value, as the writer thread stores it; a batch-mate is untouched."""
+
+    class Detail(str, enum.Enum):  # noqa: UP042 (str() of it is "Detail.HIGH", not its value)
+        HIGH = "high"
+
+    class Answer(str):
+        pass
+
+    path = tmp_path / "j.db"
+    async with SQLiteJournal(path, writer="process") as journal:
+        a = await journal.create(_spec("a"), ttl_s=60)
+        b = await journal.create(_spec("b"), ttl_s=60)
+        end = RunEnd(StopReason.stopped, Detail.HIGH, Answer("42"), 0, 0, 1.0)
+        await asyncio.gather(  # one turn of the event loop: one batch
+            journal.append(a, [end]), journal.append(b, [ModelIntent(0, "i", 1)])
+        )
+        [(detail, answer)] = _sql(
+            path, "SELECT stop_detail, final_answer FROM runs WHERE run_id = 'a'"
+        )
+        assert (detail, answer) == ("high", "42")
+        assert _sql(path, "SELECT kind FROM journal WHERE run_id = 'b'") == [("model_intent",)]
+
+
+def test_only_sql_values_are_handed_to_the_child() -> None:
+    class Count(int):
+        pass
+
+    sent = pickle.loads(_plain_dumps(("a", Count(3), [2.5, None, b"x"], (True,))))
+    assert sent == ("a", 3, [2.5, None, b"x"], (True,))
+    assert type(sent[1]) is int
+    with pytest.raises(TypeError, match="SQL values only, not object objects"):
+        _plain_dumps(("a", [object()]))
+
+
+async def test_the_writer_runs_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """So a Ctrl-C at the terminal never reaches it, not even while it starts."""
+    async with SQLiteJournal(tmp_path / "j.db", writer="process"):
+        [pid] = _writer_pids(tmp_path / "j.db")
+        assert os.getsid(pid) == pid != os.getsid(0)
+
+
+def test_a_forked_copy_of_the_process_does_not_keep_the_writer_alive(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "j.db"
+    journal = SQLiteJournal(path, writer="process")
+    asyncio.run(_loop(journal).run("g"))
+    [pid] = _writer_pids(path)
+    forked = os.fork()
+    if forked == 0:  # the copy: it holds on, never touching the journal
+        time.sleep(30)
+        os._exit(0)
+    try:
+        journal.close()
+        assert _wait_gone(pid)
+        # It ended on its own (the end of its pipe), not killed by close() after waiting 30 s
+        # for a copy that still held the pipe open.
+        assert "exited with code" not in caplog.text
+        assert os.waitpid(forked, os.WNOHANG) == (0, 0)  # the copy is still there
+    finally:
+        os.kill(forked, signal.SIGKILL)
+        os.waitpid(forked, 0)

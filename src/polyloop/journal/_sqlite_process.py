@@ -21,12 +21,18 @@ its own connection, so their SQL runs on another core:
   other writes of the same batch fail with it unwritten, as they would in one transaction.
 
 Failure. If the child dies (killed, out of memory), the appends of the batch it held fail with
-``JournalError`` and so does every later append; their outcome is unknown, as after a crash
-between ``COMMIT`` and its answer, and resume treats it so. If this process dies, the child
-reads the end of its pipe, finishes the batch it holds, and exits; a batch it commits then is
-one whose callers never acted on it. It ignores SIGINT and SIGTERM (a Ctrl-C or a ``kill`` of
-the process group must not end it before this process has handed it the last appends), and
-ends when this process closes the journal or exits.
+``JournalError`` and so does every later append (the other writes still go through the
+thread); their outcome is unknown, as after a crash between ``COMMIT`` and its answer, and
+resume treats it so. An append whose values the child cannot take (anything but SQL values;
+a subclass of str, int or float goes as its plain value) fails alone. If this process dies,
+the child reads the end of its pipe, finishes the batch it holds, and exits; a batch it
+commits then is one whose callers never acted on it. It runs in a session of its own and
+ignores SIGINT and SIGTERM (a Ctrl-C or a ``kill`` of the process group must not end it before
+this process has handed it the last appends), and ends when this process closes the journal
+or exits. A process forked from this one lets go of the child's pipes (its copy of the journal
+then refuses appends), so the child still ends with the process that started it. Damage a
+reader finds is not seen by a batch already handed to the child (the writer thread checks
+just before its own ``COMMIT``); every later batch is refused.
 
 Cost. Starting the child takes about 0.2 s (it imports only the journal's modules), overlapped
 with what the caller does next: it is waited for at the first append.
@@ -35,6 +41,7 @@ with what the caller does next: it is waited for at the first append.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import pickle
@@ -43,6 +50,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +63,42 @@ log = logging.getLogger("polyloop")
 
 _LEN = struct.Struct("<Q")
 _PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+_PLAIN = (int, float, str, bytes, tuple, list)
+
+
+class _PlainPickler(pickle.Pickler):
+    """Pickles SQL values only: None, bool, int, float, str, bytes, in tuples and lists. A
+    subclass of int, float or str (a ``str`` enum, a user's own type) goes as its plain value,
+    the value sqlite3 would store, so the child never imports a class of the caller's; any
+    other object is refused (``TypeError``). (The C pickler asks :meth:`reducer_override`
+    only for objects that are not exactly of a built-in type.)"""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if obj in _PLAIN:  # the constructors named below, pickled by reference
+            return NotImplemented
+        if isinstance(obj, int):
+            return (int, (int.__int__(obj),))
+        if isinstance(obj, float):
+            return (float, (float.__float__(obj),))
+        if isinstance(obj, str):
+            return (str, (str.__str__(obj),))
+        if isinstance(obj, bytes):
+            return (bytes, (bytes(obj),))
+        if isinstance(obj, tuple):
+            return (tuple, (tuple(obj),))
+        if isinstance(obj, list):
+            return (list, (list(obj),))
+        raise TypeError(
+            f"the writer process takes SQL values only, not {type(obj).__qualname__} objects"
+        )
+
+
+def _plain_dumps(value: Any) -> bytes:
+    buf = io.BytesIO()
+    _PlainPickler(buf, _PICKLE).dump(value)
+    return buf.getvalue()
 
 
 def _send(fd: int, data: bytes) -> None:
@@ -145,12 +189,19 @@ class _ProcessWriter(_Writer):
         group_commit: bool,
         health: _Health,
     ) -> None:
+        if not sys.executable or getattr(sys, "frozen", False):
+            raise JournalError(
+                f"cannot start the writer process of {path}: no Python interpreter to run it "
+                "(sys.executable is empty, or this is a frozen application); use "
+                "writer='thread'"
+            )
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
         try:
             self._proc = subprocess.Popen(
                 [
                     sys.executable,
+                    "-P",  # not the working directory first on sys.path: nothing of the caller's
                     "-c",
                     _BOOT,
                     _MARK,
@@ -164,6 +215,9 @@ class _ProcessWriter(_Writer):
                 pass_fds=(child_in, child_out),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                # Its own session: a Ctrl-C (or a signal to this process group) never reaches
+                # it, even while it starts, before it ignores SIGINT and SIGTERM itself.
+                start_new_session=True,
             )
         except OSError as exc:
             os.close(to_child)
@@ -175,8 +229,14 @@ class _ProcessWriter(_Writer):
         self._to, self._from = to_child, from_child
         self._ready = False
         self._gone: str | None = None
-        """Why the child can take no more appends (it died, or refused the file)."""
-        super().__init__(conn, path, group_commit=group_commit, health=health)
+        """Why the child can take no more appends (it died, refused the file, or this is a
+        forked copy of the process that started it)."""
+        try:
+            super().__init__(conn, path, group_commit=group_commit, health=health)
+        except BaseException:
+            self._close_child()
+            raise
+        _ALIVE.add(self)
 
     @property
     def pid(self) -> int:
@@ -201,19 +261,33 @@ class _ProcessWriter(_Writer):
         if self._health.cause is not None:
             self._abort(jobs, self._damaged)
             return
+        # Each append pickled alone: one that cannot be sent fails alone, not its batch-mates.
+        sendable: list[_Job] = []
+        blobs: list[bytes] = []
+        refused: list[tuple[_Job, bool, Any]] = []
+        for job in jobs:
+            try:
+                blobs.append(_plain_dumps(job.payload))
+            except Exception as exc:
+                refused.append((job, False, exc))
+            else:
+                sendable.append(job)
+        if refused:
+            self._resolve(refused)
+        if not sendable:
+            return
         if self._gone is None:
-            frame = pickle.dumps([job.payload for job in jobs], _PICKLE)
             try:
                 if not self._ready:
                     self._handshake()
                 if self._gone is None:
-                    _send(self._to, frame)
+                    _send(self._to, pickle.dumps(blobs, _PICKLE))
                     answers, commits, damage = pickle.loads(_receive(self._from))
             except (OSError, EOFError) as exc:
                 self._gone = self._exit_story(exc)
         gone = self._gone
         if gone is not None:
-            self._abort(jobs, lambda: JournalError(gone))
+            self._abort(sendable, lambda: JournalError(gone))
             return
         self.commits += commits
         if damage is not None:
@@ -221,7 +295,7 @@ class _ProcessWriter(_Writer):
         self._resolve(
             [
                 (job, ok, value if ok else _error_in(*value))
-                for job, (ok, value) in zip(jobs, answers, strict=True)
+                for job, (ok, value) in zip(sendable, answers, strict=True)
             ]
         )
 
@@ -242,8 +316,8 @@ class _ProcessWriter(_Writer):
         return (
             f"the SQLite journal {self._path}: its writer process (pid {self._proc.pid}) "
             f"ended with exit code {code} ({type(exc).__name__}: {exc}); the appends it held "
-            f"may or may not have been committed (resume reads which), and no more are "
-            f"written through this journal object: open a new one"
+            f"may or may not have been committed (resume reads which), and this journal "
+            f"object writes no more appends (its other writes still go through): open a new one"
         )
 
     def _main(self) -> None:
@@ -252,8 +326,22 @@ class _ProcessWriter(_Writer):
         finally:
             self._close_child()
 
+    def _forked(self) -> None:
+        """In a process forked from this one: let go of the child's pipes (so the child sees
+        their end when the process that started it exits), never to write to them."""
+        self._gone = (
+            f"the SQLite journal {self._path} was opened with writer='process' before this "
+            "process was forked from the one that opened it: open a new one here"
+        )
+        for fd in (self._to, self._from):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._to = self._from = -1
+
     def _close_child(self) -> None:
         """End of its pipe: the child finishes and exits (killed after 30 s)."""
+        if self._to < 0:  # a forked copy: the child is not ours
+            return
         with contextlib.suppress(OSError):
             os.close(self._to)
         try:
@@ -267,6 +355,19 @@ class _ProcessWriter(_Writer):
             log.warning(
                 "SQLite journal %s: the writer process exited with code %s", self._path, code
             )
+
+
+_ALIVE: weakref.WeakSet[_ProcessWriter] = weakref.WeakSet()
+"""Every writer with a child, for :func:`_after_fork`."""
+
+
+def _after_fork() -> None:
+    for writer in list(_ALIVE):
+        writer._forked()
+    _ALIVE.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -298,6 +399,29 @@ class _Batches(_Writer):
             self._answers[id(job)] = (True, None) if ok else (False, _error_out(value))
 
 
+def _run_frame(
+    frame: bytes, batches: _Batches, make: Callable[[tuple[Any, ...]], _Fn]
+) -> list[tuple[bool, Any]]:
+    """The answers to one frame's appends, in order. An append that cannot be read fails
+    alone; nothing in a frame ends the child."""
+    blobs: list[bytes] = pickle.loads(frame)
+    answers: list[tuple[bool, Any] | None] = [None] * len(blobs)
+    jobs: list[_ChildJob] = []
+    at: list[int] = []
+    for i, blob in enumerate(blobs):
+        try:
+            payload = pickle.loads(blob)
+            jobs.append(_ChildJob(make(payload), payload[0]))
+        except Exception as exc:
+            answers[i] = (False, _error_out(exc))
+        else:
+            at.append(i)
+    if jobs:
+        for i, answer in zip(at, batches.run(jobs), strict=True):
+            answers[i] = answer
+    return [a if a is not None else (False, ("RuntimeError", "no answer")) for a in answers]
+
+
 def _child(argv: list[str], make: Callable[[tuple[Any, ...]], _Fn]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -318,9 +442,8 @@ def _child(argv: list[str], make: Callable[[tuple[Any, ...]], _Fn]) -> int:
                 frame = _receive(rfd)
             except EOFError:
                 return 0
-            payloads = pickle.loads(frame)
             before = batches.commits
-            answers = batches.run([_ChildJob(make(p), p[0]) for p in payloads])
+            answers = _run_frame(frame, batches, make)
             cause = health.cause
             damage = None
             if cause is not None:

@@ -352,6 +352,8 @@ class _Append:
     status: str | None = None
     """``'awaiting_approval'`` when an ``ApprovalRequested`` is among the records (the run
     parks), ``'running'`` for an ``ApprovalDecided``; else None (unchanged)."""
+    end_row: tuple[Any, ...] | None = None
+    """``end``'s ``runs`` columns (:func:`_end_row`): all the SQLite writers read of it."""
 
 
 def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
@@ -369,6 +371,7 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                 p.executed += step.action_status == "executed"
             case RunEnd():
                 p.end = r
+                p.end_row = _end_row(r)
             case ApprovalRequested():
                 p.status = "awaiting_approval"
             case ApprovalDecided():
@@ -378,9 +381,23 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     return p
 
 
+def _end_row(end: RunEnd) -> tuple[Any, ...]:
+    """The ``runs`` columns an end record sets, in ``_END_RUN``'s order (before the run_id)."""
+    return (
+        end.stop_reason.value,
+        end.stop_detail,
+        end.final_answer,
+        end.steps_used,
+        end.actions_executed,
+        end.ended_at,
+        *end_totals(end),
+    )
+
+
 def _payload(p: _Append, now: float) -> tuple[Any, ...]:
-    """An append for the writer process: plain data (cheap to pickle), ``now`` its
-    ``written_at`` (taken when the append was made, not when it commits)."""
+    """An append for the writer process: only SQL values in tuples and lists (cheap to pickle,
+    and nothing the child would have to import), ``now`` its ``written_at`` (taken when the
+    append was made, not when it commits)."""
     lease = p.lease
     return (
         lease.run_id,
@@ -389,7 +406,7 @@ def _payload(p: _Append, now: float) -> tuple[Any, ...]:
         p.rows,
         p.steps,
         p.calls,
-        p.end,
+        p.end_row,
         p.executed,
         p.status,
         now,
@@ -399,7 +416,7 @@ def _payload(p: _Append, now: float) -> tuple[Any, ...]:
 def _append_of_payload(payload: tuple[Any, ...]) -> _Fn:
     """The writer process's write of one :func:`_payload` (the same SQL as the thread's)."""
     run_id, owner, expires_at, rows, steps, calls, end, executed, status, now = payload
-    p = _Append(Lease(run_id, owner, expires_at), rows, steps, calls, end, executed, status)
+    p = _Append(Lease(run_id, owner, expires_at), rows, steps, calls, None, executed, status, end)
     return _append_fn(p, lambda: now)
 
 
@@ -408,7 +425,7 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
         run_id, owner = p.lease.run_id, p.lease.owner
         cached = seqs.get(run_id)
         # Steps not ending the run move the run's counters, fenced (the end sets them itself).
-        counted = bool(p.steps) and p.end is None
+        counted = bool(p.steps) and p.end_row is None
         if counted:
             cur = conn.execute(_COUNT_STEPS, (len(p.steps), p.executed, run_id, owner))
             if cur.rowcount != 1:
@@ -449,24 +466,12 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
                 conn.execute(_UPSERT_CALL, args)
         if p.status is not None:
             conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (p.status, run_id))
-        end = p.end
+        end = p.end_row
         if end is None:
             seqs.set(run_id, (owner, nxt + len(p.rows)))
             return
         conn.execute(_END_PENDING, (run_id,))
-        conn.execute(
-            _END_RUN,
-            (
-                end.stop_reason.value,
-                end.stop_detail,
-                end.final_answer,
-                end.steps_used,
-                end.actions_executed,
-                end.ended_at,
-                *end_totals(end),
-                run_id,
-            ),
-        )
+        conn.execute(_END_RUN, (*end, run_id))
         seqs.set(run_id, None)  # the lease is released with the end record
 
     return run
@@ -513,12 +518,13 @@ class SQLiteJournal:
             process. ``"process"``: a child process on its own connection (the other writes,
             ``create`` and the lease changes, stay with the thread), so at hundreds of
             concurrent runs that SQL takes another core instead of this process's interpreter
-            lock: in the bench, 200 runs × 20 steps against a 50 ms model take 1.4× ideal
-            instead of 1.8×. Starting it costs about 0.2 s (waited for at the first append),
-            and ``written_at`` is then the time the append was made, not the time of its
-            commit. A child that dies fails the appends it held and every later one with
-            ``JournalError`` (their outcome unknown, as after a crash); see
-            :mod:`polyloop.journal._sqlite_process`. Ignored with ``read_only``.
+            lock: in the bench, 200 runs × 20 steps against a 50 ms model take 1.56× ideal
+            instead of 1.84× (bench/results/writer_process.md). Starting it costs about 0.2 s
+            (waited for at the first append), and ``written_at`` is then the time the append
+            was made, not the time of its commit. A child that dies fails the appends it held
+            and every later one with ``JournalError`` (their outcome unknown, as after a
+            crash); see :mod:`polyloop.journal._sqlite_process`. POSIX only (``ConfigError``
+            elsewhere). Ignored with ``read_only``.
 
     A writable journal needs write access to the file and to its folder (SQLite creates the
     ``-wal`` and ``-shm`` files next to it); without them it is refused at open with
@@ -559,6 +565,8 @@ class SQLiteJournal:
             raise ConfigError(f"durability must be 'full' or 'normal', got {durability!r}")
         if writer not in ("thread", "process"):
             raise ConfigError(f"writer must be 'thread' or 'process', got {writer!r}")
+        if writer == "process" and os.name != "posix":
+            raise ConfigError("writer='process' needs a POSIX system; use writer='thread'")
         if busy_timeout_s < 0:
             raise ConfigError(f"busy_timeout_s must be >= 0, got {busy_timeout_s}")
         spath = os.fspath(path)
