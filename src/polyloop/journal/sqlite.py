@@ -518,8 +518,9 @@ class SQLiteJournal:
             process. ``"process"``: a child process on its own connection (the other writes,
             ``create`` and the lease changes, stay with the thread), so at hundreds of
             concurrent runs that SQL takes another core instead of this process's interpreter
-            lock: in the bench, 200 runs × 20 steps against a 50 ms model take 1.56× ideal
-            instead of 1.84× (bench/results/writer_process.md). Starting it costs about 0.2 s
+            lock: in the bench, 1,000 runs × 20 steps against a 50 ms model take 5.6–5.8×
+            ideal instead of 7.7–7.8× (at 200 runs the gain is within the spread; see
+            bench/results/writer_process.md). Starting it costs about 0.2 s
             (waited for at the first append), and ``written_at`` is then the time the append
             was made, not the time of its commit. A child that dies fails the appends it held
             and every later one with ``JournalError`` (their outcome unknown, as after a
