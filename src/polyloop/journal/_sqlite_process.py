@@ -268,8 +268,12 @@ class _ProcessWriter(_Writer):
         for job in jobs:
             try:
                 blobs.append(_plain_dumps(job.payload))
-            except Exception as exc:
-                refused.append((job, False, exc))
+            except Exception as exc:  # as the thread's sqlite3 refusal would: a JournalError
+                err = JournalError(
+                    f"SQLite journal {self._path}: writing run {job.run_id!r} failed: {exc}"
+                )
+                err.__cause__ = exc
+                refused.append((job, False, err))
             else:
                 sendable.append(job)
         if refused:
