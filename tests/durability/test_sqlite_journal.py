@@ -28,6 +28,7 @@ from polyloop.testing import FunctionModel
 from polyloop.types import Lease, ModelIntent, ModelRequest, StepWritten
 from tests.conftest import call, make_tools
 from tests.durability.journals import (
+    SQLiteProcessStore,
     SQLiteStore,
     check_only_the_conflict_failed,
     records_of,
@@ -188,7 +189,13 @@ async def test_200_concurrent_runs_share_commits(store: SQLiteStore) -> None:
     assert commits < writes / 3, f"{commits} commits for {writes} writes: no group commit"
 
 
-async def test_a_conflicting_append_fails_only_itself_not_its_batch(store: SQLiteStore) -> None:
+@pytest.mark.parametrize("kind", [SQLiteStore, SQLiteProcessStore], ids=["thread", "process"])
+async def test_a_conflicting_append_fails_only_itself_not_its_batch(
+    tmp_path: Path, kind: type[SQLiteStore]
+) -> None:
+    """durability.md: one record's conflict rejects only that record, never its batch-mates;
+    also in the writer process, which reruns the batch with a savepoint per append."""
+    store = kind(tmp_path / "j.db")
     async with opened(store) as journal:
         leases = {k: await journal.create(spec(k), ttl_s=60) for k in "abcd"}
         step = StepRecord(0, "", 0, 0, None, False, None, None, False, 0, 0, None, 0.0)
