@@ -312,17 +312,21 @@ class _ProcessWriter(_Writer):
 
     def _exit_story(self, exc: BaseException) -> str:
         """Why the child stopped answering, for the error every later append raises."""
-        try:
-            code = self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            code = self._proc.wait()
+        code = self._reap(timeout_s=5)
         return (
             f"the SQLite journal {self._path}: its writer process (pid {self._proc.pid}) "
             f"ended with exit code {code} ({type(exc).__name__}: {exc}); the appends it held "
             f"may or may not have been committed (resume reads which), and this journal "
             f"object writes no more appends (its other writes still go through): open a new one"
         )
+
+    def _reap(self, *, timeout_s: float) -> int:
+        """The child's exit code, once it exited (killed after ``timeout_s``)."""
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            return self._proc.wait()
 
     def _main(self) -> None:
         try:
@@ -348,11 +352,7 @@ class _ProcessWriter(_Writer):
             return
         with contextlib.suppress(OSError):
             os.close(self._to)
-        try:
-            code = self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            code = self._proc.wait()
+        code = self._reap(timeout_s=30)
         with contextlib.suppress(OSError):
             os.close(self._from)
         if code != 0 and self._gone is None:
