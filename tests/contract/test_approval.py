@@ -10,7 +10,7 @@ import contextlib
 import sqlite3
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from polyloop.journal import MemoryJournal, SQLiteJournal
 from polyloop.testing import FakeClock, FunctionModel
 from polyloop.types import ModelReply, ModelRequest, ToolCall
 from tests.conftest import Crash, RecordingJournal
+from tests.durability import pg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -312,14 +313,19 @@ async def test_recover_leaves_parked_runs_alone_and_denies_expired_approvals(
 # -- journals by where they live, for tests that use other processes -------------------------
 
 
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """``POLYLOOP_TEST_PG_DSN``, or a throwaway server (as the other PostgreSQL tests)."""
+    with pg.server() as dsn:
+        yield dsn
+
+
 @pytest.fixture
-def journal_where() -> Any:
+def journal_where(request: pytest.FixtureRequest) -> Any:
     def make(backend: str, tmp_path: Path) -> str:
         if backend == "sqlite":
             return str(tmp_path / "runs.db")
-        dsn = __import__("os").environ.get("POLYLOOP_TEST_PG_DSN")
-        if not dsn:
-            pytest.skip("POLYLOOP_TEST_PG_DSN is not set")
+        dsn = request.getfixturevalue("pg_dsn")  # a server only for the PostgreSQL cases
         schema = f"appr_{__import__('uuid').uuid4().hex[:12]}"
         return f"postgres:{dsn}#{schema}"
 
