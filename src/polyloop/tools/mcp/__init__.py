@@ -27,6 +27,8 @@ taken from the servers' own annotations (extra ``polyloop[mcp]``, on the officia
 * **Results**: text blocks are the observation; structured content is kept as canonical
   JSON; images, audio and binary resources are one summary line each (type, size, URI) and
   saved under ``store_dir`` if given; ``isError: true`` is an executed failure the model sees.
+  Of an answer longer than ``max_output_chars`` (default 20,000, as the workspace tools), the
+  first and last halves are kept and the cut is counted in ``Outcome.truncated_chars``.
 * **Failures** (see :class:`MCPServer`): a call that never reached the server is
   ``not_executed``; one that reached it and got no answer (the server died, the connection
   broke, ``timeout_s`` passed) is an executed failure, since it may have acted; a stdio server

@@ -34,6 +34,7 @@ from polyloop.types import (
     ToolContext,
 )
 
+from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ReconcileHook, Tool, ToolRegistry
 from ._results import arguments_validator, result_outcome, write_stored
@@ -144,6 +145,12 @@ class MCPServer:
         connect_timeout_s: how long starting, connecting and listing may take.
         store_dir: where images, audio and binary resources in results are saved (by content
             hash); None keeps only their summary line.
+        max_output_chars: the most characters of one answer the observation keeps (an int
+            >= 100; default 20,000, as the workspace tools): of a longer one, the first and
+            the last half, with ``texts.omitted`` between them, and the characters cut in
+            ``Outcome.truncated_chars`` (so in the step's ``observation_truncated_chars``).
+            None: no cap, the journal keeps every character (three times: in the action's
+            result record, the step record and ``steps.observation``).
         texts: the wording of PolyLoop's own observations about calls.
     """
 
@@ -158,6 +165,7 @@ class MCPServer:
         timeout_s: float | None = 120.0,
         connect_timeout_s: float = 30.0,
         store_dir: str | Path | None = None,
+        max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
         texts: MCPTexts = DEFAULT_MCP_TEXTS,
     ) -> None:
         if (argv is None) == (url is None):
@@ -170,6 +178,7 @@ class MCPServer:
             raise ConfigError(f"MCPServer timeout_s must be > 0 or None, got {timeout_s!r}")
         if not connect_timeout_s > 0:
             raise ConfigError(f"MCPServer connect_timeout_s must be > 0, got {connect_timeout_s}")
+        check_max_output_chars("MCPServer", max_output_chars, optional=True)
         self.kind: Literal["stdio", "http"] = "stdio" if argv is not None else "http"
         self.argv = tuple(argv) if argv is not None else None
         self.url = url
@@ -179,6 +188,7 @@ class MCPServer:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._store_dir = Path(store_dir) if store_dir is not None else None
+        self.max_output_chars = max_output_chars
         self.texts = texts
         self._conn: _Connection | None = None
         self._lock = asyncio.Lock()
@@ -413,7 +423,12 @@ class MCPServer:
             self._sent.discard(op_id)
         store = self._store if self._store_dir is not None else None
         return await result_outcome(
-            result, tool=name, store=store, empty_error=self.texts.empty_error
+            result,
+            tool=name,
+            store=store,
+            empty_error=self.texts.empty_error,
+            max_chars=self.max_output_chars,
+            omitted=self.texts.omitted,
         )
 
     def _error_outcome(self, name: str, exc: MCPError, *, sent: bool) -> Outcome:
