@@ -47,14 +47,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("polyloop.tools.mcp needs the MCP SDK: pip install 'polyloop[mcp]'") from exc
 
-from ._server import (
-    OP_ID_META_KEY,
-    MCPServer,
-    MCPServerError,
-    MCPTool,
-    replay_from_annotations,
-)
+from ._ops import OP_ID_META_KEY
+from ._server import MCPServer, MCPServerError
 from ._texts import DEFAULT_MCP_TEXTS, MCPTexts
+from ._tools import MCPTool, replay_from_annotations
 
 __all__ = [
     "DEFAULT_MCP_TEXTS",
