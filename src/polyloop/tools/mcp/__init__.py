@@ -17,7 +17,8 @@ taken from the servers' own annotations (extra ``polyloop[mcp]``, on the officia
 * **Tools** join a ``ToolRegistry`` with the server's JSON schemas as given; arguments are
   validated against them on the registry's usual path (an unknown tool or invalid arguments
   is ``not_executed``, with the problems in words a model can act on). A name that is already
-  registered is a ``ConfigError``; ``register(prefix="time_")`` avoids it.
+  registered is a ``ConfigError``; ``register(prefix="time_")`` avoids it. So is a name
+  model APIs refuse, unless ``register(on_skipped=...)`` is told to leave such tools out.
 * **Replay policy** from the annotations: ``readOnlyHint: true`` or ``idempotentHint: true``
   gives ``idempotent``; anything else, no annotations included, ``never``
   (:func:`replay_from_annotations`); ``register(replay={"name": "never"})`` overrides it.

@@ -9,7 +9,7 @@ import os
 import re
 import shlex
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -273,6 +273,7 @@ class MCPServer:
         replay: Mapping[str, str | ReplayPolicy] | None = None,
         reconcile: Mapping[str, ReconcileHook] | None = None,
         completion_markers: Sequence[str] = (),
+        on_skipped: Callable[[str, str], object] | None = None,
     ) -> tuple[Tool, ...]:
         """List the server's tools and register them on ``registry`` (connecting first if
         needed), beside whatever is registered there. Each is named ``prefix + its name``,
@@ -282,12 +283,18 @@ class MCPServer:
         Keys of ``include``, ``replay``, ``reconcile`` and ``completion_markers`` are the
         server's names (without the prefix).
 
-        All or nothing: on an error, no tool of this server is registered.
+        A tool whose name (with the prefix) is not ``^[a-zA-Z0-9_-]{1,64}$``, which model APIs
+        refuse, cannot be registered: by default that is an error; with ``on_skipped``, each
+        such tool is left out, ``on_skipped(its name, why)`` is called for it (the name is the
+        server's, ``why`` one line), and the others are registered.
+
+        All or nothing: on an error, no tool of this server is registered (and ``on_skipped``
+        was not called).
 
         Raises:
             ConfigError: a name is already registered or two tools would get one name (pass
-                ``prefix=``), a name is not ``^[a-zA-Z0-9_-]{1,64}$`` (leave it out with
-                ``include=``), or a key names no tool of the server.
+                ``prefix=``), a name is not ``^[a-zA-Z0-9_-]{1,64}$`` and ``on_skipped`` is
+                None (leave it out with ``include=``), or a key names no tool of the server.
             MCPServerError: the server cannot be reached or listed.
         """
         offered = {t.name: t for t in await self.list_tools()}
@@ -302,6 +309,7 @@ class MCPServer:
             replay=replay,
             reconcile=reconcile,
             completion_markers=completion_markers,
+            on_skipped=on_skipped,
         )
         registry.add_wording_version(self.texts.version)
         return registered

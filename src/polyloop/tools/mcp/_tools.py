@@ -17,6 +17,9 @@ from polyloop.types import ConfigError, ReplayPolicy, ToolContext
 from ..registry import ReconcileHook, Tool, ToolRegistry
 from ._results import arguments_validator
 
+_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_NAME_RULE = "^[a-zA-Z0-9_-]{1,64}$"
+
 Call = Callable[[str, Mapping[str, Any], ToolContext], Any]
 """``call(server_name, arguments, ctx) -> Outcome`` (awaitable): what a registered tool runs."""
 
@@ -72,6 +75,7 @@ def register_listed(
     replay: Mapping[str, str | ReplayPolicy] | None,
     reconcile: Mapping[str, ReconcileHook] | None,
     completion_markers: Sequence[str],
+    on_skipped: Callable[[str, str], object] | None,
 ) -> tuple[Tool, ...]:
     """Register the ``offered`` tools on ``registry`` as ``MCPServer.register`` says (all or
     nothing); ``server`` names the server in errors, ``origin`` is each tool's origin."""
@@ -96,12 +100,17 @@ def register_listed(
             f"{server}: tools named {taken} are already registered; pass prefix=... to "
             "register this server's tools under other names"
         )
-    bad = [prefix + n for n in names if not re.match(r"^[a-zA-Z0-9_-]{1,64}$", prefix + n)]
+    bad = [n for n in names if not _NAME.fullmatch(prefix + n)]
     if bad:
-        raise ConfigError(
-            f"{server}: the tool names {bad} are not ^[a-zA-Z0-9_-]{{1,64}}$ (what model "
-            "APIs accept); leave them out with include=[...]"
-        )
+        if on_skipped is None:
+            raise ConfigError(
+                f"{server}: the tool names {[prefix + n for n in bad]} are not {_NAME_RULE} "
+                "(what model APIs accept); leave them out with include=[...], or pass "
+                "on_skipped=... to register the others"
+            )
+        for n in bad:
+            on_skipped(n, f"its name {prefix + n!r} is not {_NAME_RULE} (what model APIs accept)")
+        names = [n for n in names if n not in bad]
     registered = []
     for n in names:
         t = offered[n]
