@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from polyloop.tools.mcp import MCPServer
 from tests.e2e.test_cli import CLI, SlowableServer, assert_one_line_error, run_args, run_id_of
 from tests.fakes.openai_server import completion, tool_call
 
-from .conftest import faulty_argv, faulty_env
+from .conftest import faulty_argv, faulty_env, read_log
 from .test_mcp_cli import stored_config
 
 FAULTY_TOOLS = {"lookup", "slow_lookup", "slow_delete", "die", "hang", "fail"}
@@ -74,7 +76,7 @@ def test_run_registers_the_valid_tools_of_a_server_and_says_which_it_skipped(
     ]
 
 
-def test_run_mcp_include_and_exclude_choose_the_tools_and_resume_keeps_the_choice(
+def test_run_mcp_include_and_exclude_choose_the_tools_and_are_stored_with_the_run(
     cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
 ) -> None:
     cli.env["FAULTY_LOG"] = str(tmp_path / "faulty.log")
@@ -109,3 +111,29 @@ def test_run_mcp_include_of_a_name_no_server_offers_is_one_line(
     alone = cli(*run_args(fake, workspace, "--mcp-exclude", "die"))
     assert_one_line_error(alone)
     assert fake.requests == []  # no run started
+
+
+def test_resume_registers_the_tools_the_run_chose(
+    cli: CLI, fake: SlowableServer, workspace: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "faulty.log"
+    cli.env["FAULTY_LOG"] = str(log)
+    fake.script(
+        completion(tool_calls=[tool_call("slow_lookup", '{"seconds": 2}')]),
+        completion("looked it up", id="chatcmpl-2"),
+    )
+    chosen = ("--mcp-include", "slow_lookup,lookup")
+    args = run_args(fake, workspace, "--mcp", shlex.join(faulty_argv()), *chosen)
+    child = subprocess.Popen(
+        cli.argv(args), cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not read_log(log):
+        assert child.poll() is None and time.monotonic() < deadline, "no call reached the server"
+        time.sleep(0.05)
+    child.kill()  # SIGKILL, mid-call
+    out, _ = child.communicate(timeout=30)
+    done = cli("resume", run_id_of(out), "--journal", "j.db")
+    assert done.code == 0, done
+    resumed = {t["function"]["name"] for t in fake.requests[-1].body["tools"]}
+    assert resumed & FAULTY_TOOLS == {"slow_lookup", "lookup"}
