@@ -6,7 +6,9 @@ sees what reached the server and with which op_id.
     python -m tests.mcp.faulty_server
 
 Environment: FAULTY_LOG (the log file, required), FAULTY_FAIL_START=1 (exit at once with a
-message on stderr), FAULTY_FAIL_START_IF=PATH (the same while PATH exists).
+message on stderr), FAULTY_FAIL_START_IF=PATH (the same while PATH exists), FAULTY_BIG=1 (a tool
+``big`` answering as many characters as asked, plain or as an error), FAULTY_BAD_NAME=1 (two more
+tools, named ``bad name`` and ``also.bad``, which model APIs refuse).
 """
 
 from __future__ import annotations
@@ -82,6 +84,33 @@ async def fail(reason: str, ctx: Context) -> str:
     """Raise an error (the result is isError)."""
     _log("fail", ctx)
     raise ToolError(reason)
+
+
+if os.environ.get("FAULTY_BIG") == "1":
+
+    @server.tool(annotations=READ_ONLY)
+    async def big(chars: int, ctx: Context, error: bool = False) -> str:
+        """Answer ``chars`` characters: 'a' then 'b' for the first and last thousand, 'x'
+        between (read-only); with ``error``, as the error of an isError result."""
+        _log("big", ctx, chars=chars)
+        edge = min(1000, chars // 2)
+        text = "a" * edge + "x" * (chars - 2 * edge) + "b" * edge
+        if error:
+            raise ToolError(text)
+        return text
+
+
+if os.environ.get("FAULTY_BAD_NAME") == "1":
+
+    @server.tool(name="bad name", annotations=READ_ONLY)
+    async def bad_name(ctx: Context) -> str:
+        """A tool whose name has a space."""
+        return "bad"
+
+    @server.tool(name="also.bad", annotations=READ_ONLY)
+    async def also_bad(ctx: Context) -> str:
+        """A tool whose name has a dot."""
+        return "also bad"
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -116,13 +117,24 @@ def run_config(
     return config
 
 
-def mcp_config(specs: Sequence[str], *, prefix: bool, headers: Sequence[str]) -> dict[str, Any]:
-    """Check ``--mcp``, ``--mcp-prefix`` and ``--mcp-header``; the result joins the run's
-    stored config (so ``resume`` reconnects), and is empty without ``--mcp``. Header values are
-    stored as given: write secrets as ``${VAR}``, expanded from the environment at connect."""
+def mcp_config(
+    specs: Sequence[str],
+    *,
+    prefix: bool,
+    headers: Sequence[str],
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Check ``--mcp``, ``--mcp-prefix``, ``--mcp-header``, ``--mcp-include`` and
+    ``--mcp-exclude`` (each ``NAME,...``, repeatable); the result joins the run's stored config
+    (so ``resume`` reconnects and registers the same tools), and is empty without ``--mcp``.
+    Header values are stored as given: write secrets as ``${VAR}``, expanded from the
+    environment at connect."""
     if not specs:
-        if prefix or headers:
-            raise BadInput("--mcp-prefix and --mcp-header go with --mcp")
+        if prefix or headers or include or exclude:
+            raise BadInput(
+                "--mcp-prefix, --mcp-header, --mcp-include and --mcp-exclude go with --mcp"
+            )
         return {}
     for spec in specs:
         if not spec.strip():
@@ -138,6 +150,17 @@ def mcp_config(specs: Sequence[str], *, prefix: bool, headers: Sequence[str]) ->
         config["mcp_prefix"] = True
     if parsed:
         config["mcp_headers"] = parsed
+    if include and exclude:
+        raise BadInput(
+            "--mcp-include and --mcp-exclude cannot be combined: name the tools to keep, or "
+            "those to leave out"
+        )
+    for option, given in (("include", include), ("exclude", exclude)):
+        names = [n.strip() for value in given for n in value.split(",") if n.strip()]
+        if given and not names:
+            raise BadInput(f"--mcp-{option} takes tool names, NAME,..., got {given[0]!r}")
+        if names:
+            config[f"mcp_{option}"] = list(dict.fromkeys(names))
     return config
 
 
@@ -172,17 +195,44 @@ def mcp_prefix(server: Any) -> str:
 
 
 async def add_mcp_tools(
-    servers: AsyncExitStack, tools: ToolRegistry, config: dict[str, Any], workspace: Path
+    servers: AsyncExitStack,
+    tools: ToolRegistry,
+    config: dict[str, Any],
+    workspace: Path,
+    *,
+    new_run: bool = False,
 ) -> None:
     """Connect the run's MCP servers (closed with ``servers``) and register their tools on
-    ``tools``, beside the workspace tools. Raises ``BadInput`` for a name clash, the
-    library's ``MCPServerError`` for a server that cannot be started or reached."""
+    ``tools``, beside the workspace tools: all of them, or those ``--mcp-include`` names, or
+    all but those ``--mcp-exclude`` names (the servers' own names, before ``--mcp-prefix``; a
+    name applies to every server offering it). A tool whose name model APIs refuse is left
+    out with one line on stderr saying which and why (the user cannot pass the library's
+    ``include=``). Raises ``BadInput`` for a name clash, and, for a ``new_run``, for an
+    include or exclude name no server offers (a resume goes on without a tool that vanished);
+    the library's ``MCPServerError`` for a server that cannot be started or reached."""
+    include = config.get("mcp_include")
+    exclude = config.get("mcp_exclude") or []
+    listed = []
     for spec in config.get("mcp") or ():
         server = mcp_server(spec, config, cwd=workspace)
         await servers.enter_async_context(server)
+        listed.append((spec, server, [t.name for t in await server.list_tools()]))
+    offered = {name for _, _, names in listed for name in names}
+    unknown = [n for n in include or exclude if n not in offered]
+    if unknown and new_run:
+        option = "--mcp-include" if include else "--mcp-exclude"
+        raise BadInput(
+            f"{option} names {unknown}, which no --mcp server offers (they offer {sorted(offered)})"
+        )
+    for spec, server, names in listed:
         prefix = mcp_prefix(server) if config.get("mcp_prefix") else ""
+        chosen = [n for n in names if (include is None or n in include) and n not in exclude]
+
+        def skipped(name: str, why: str, spec: str = spec) -> None:
+            print(f"polyloop: --mcp {spec!r}: skipped the tool {name!r}: {why}", file=sys.stderr)
+
         try:
-            await server.register(tools, prefix=prefix)
+            await server.register(tools, prefix=prefix, include=chosen, on_skipped=skipped)
         except ConfigError as exc:
             hint = "" if prefix else " (pass --mcp-prefix to name them SERVER_TOOL)"
             raise BadInput(f"--mcp {spec!r}: {exc}{hint}") from None

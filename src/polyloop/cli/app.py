@@ -182,6 +182,26 @@ McpHeaderOpt = Annotated[
 ]
 
 
+McpIncludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp-include",
+        metavar="NAME,...",
+        help="Register only these tools of the MCP servers (their own names, before "
+        "--mcp-prefix). Stored with the run.",
+    ),
+]
+McpExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp-exclude",
+        metavar="NAME,...",
+        help="Register every tool of the MCP servers but these (their own names). Stored with "
+        "the run.",
+    ),
+]
+
+
 def _fail(message: str) -> typer.Exit:
     print(f"polyloop: {message}", file=sys.stderr)
     return typer.Exit(EXIT_BAD_INPUT)
@@ -258,6 +278,8 @@ def run(
     mcp: McpOpt = None,
     mcp_prefix: McpPrefixOpt = False,
     mcp_header: McpHeaderOpt = None,
+    mcp_include: McpIncludeOpt = None,
+    mcp_exclude: McpExcludeOpt = None,
     same_failure_limit: Annotated[
         int,
         typer.Option(
@@ -308,8 +330,11 @@ def run(
     The first Ctrl-C detaches the run (it stays resumable); a second one cancels it.
     With --mcp, the tools of MCP servers join the workspace tools (replay policies from the
     servers' annotations: polyloop tools --mcp ... lists them); the servers are stored with
-    the run, and polyloop resume connects to them again. Images and binary resources their
-    tools return are saved beside the journal, in JOURNAL.mcp-files.
+    the run, and polyloop resume connects to them again. --mcp-include or --mcp-exclude
+    choose among their tools; a tool whose name model APIs refuse is skipped, with one line
+    on stderr saying so. Images and binary resources their tools return are saved beside
+    the journal, in JOURNAL.mcp-files; an answer longer than 20,000 characters is cut (its
+    first and last halves kept).
 
     The failure guard is on: a failing test run whose first failure has come back
     --same-failure-limit times (2 by default) ends the run repeated_failure (exit 5) with an
@@ -337,7 +362,13 @@ def run(
             ),
             stream=stream,
         )
-        servers = mcp_config(mcp or [], prefix=mcp_prefix, headers=mcp_header or [])
+        servers = mcp_config(
+            mcp or [],
+            prefix=mcp_prefix,
+            headers=mcp_header or [],
+            include=mcp_include or [],
+            exclude=mcp_exclude or [],
+        )
     except (BadInput, PolyLoopError) as exc:
         raise _fail(str(exc)) from None
     if servers:
@@ -455,7 +486,7 @@ def _drive(
         ):
             if config is not None and parts is not None:
                 model, tools = parts
-                await add_mcp_tools(servers, tools, config, Path(config["workspace"]))
+                await add_mcp_tools(servers, tools, config, Path(config["workspace"]), new_run=True)
                 loop = Loop(model, tools=tools, journal=journal.journal, observers=[printer])
                 cfg, limits = config, Limits.from_dict(config["limits"])
             else:

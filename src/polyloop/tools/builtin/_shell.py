@@ -37,6 +37,8 @@ from pathlib import Path
 
 from polyloop.types import EnvironmentFailure
 
+from .._output import HeadTail
+
 __all__ = ["ShellResult", "default_shell", "run_shell"]
 
 _SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))
@@ -83,30 +85,16 @@ class ShellResult:
     whole_tree: bool
 
 
-class _HeadTail:
-    """Keeps the first ``limit // 2`` and the last ``limit - limit // 2`` characters."""
+class _HeadTail(HeadTail):
+    """The capped output (see :class:`~polyloop.tools._output.HeadTail`), fed as bytes and
+    decoded as UTF-8 (invalid bytes become U+FFFD)."""
 
     def __init__(self, limit: int) -> None:
-        self._head_cap = limit // 2
-        self._tail_cap = limit - self._head_cap
+        super().__init__(limit)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self.head = ""
-        self.tail = ""
-        self.total = 0
 
     def feed(self, data: bytes, *, final: bool = False) -> None:
-        text = self._decoder.decode(data, final=final)
-        self.total += len(text)
-        if len(self.head) < self._head_cap:
-            room = self._head_cap - len(self.head)
-            self.head += text[:room]
-            text = text[room:]
-        if text:
-            self.tail = (self.tail + text)[-self._tail_cap :]
-
-    @property
-    def omitted(self) -> int:
-        return self.total - len(self.head) - len(self.tail)
+        self.add(self._decoder.decode(data, final=final))
 
 
 class _Protocol(asyncio.SubprocessProtocol):

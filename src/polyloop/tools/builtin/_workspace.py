@@ -12,6 +12,7 @@ import pydantic
 
 from polyloop.types import ActionStatus, ConfigError, Failure, Outcome, ToolContext
 
+from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ToolRegistry
 from ._files import MAX_FILE_MIB, Files
@@ -26,8 +27,6 @@ __all__ = ["TOOL_NAMES", "workspace_tools"]
 
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "grep", "shell")
 """The names ``workspace_tools`` registers, in order (``shell`` only with ``shell=True``)."""
-
-_MIN_OUTPUT_CHARS = 100
 
 # Put where the output cap cut a test report: it ends a pytest section and a unittest block, so
 # the tail's half-entry is not read as the end of the head's last entry.
@@ -44,7 +43,7 @@ def workspace_tools(
     writable_paths: Sequence[str | os.PathLike[str]] | None = None,
     shell: bool = True,
     shell_timeout_s: float = 30.0,
-    max_output_chars: int = 20_000,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     command_policy: CommandPolicy | None = None,
     approve: Approver | None = None,
     registry: ToolRegistry | None = None,
@@ -133,15 +132,7 @@ def workspace_tools(
             f"workspace_tools: shell_timeout_s must be a positive number of seconds, "
             f"got {shell_timeout_s!r}"
         )
-    if (
-        isinstance(max_output_chars, bool)
-        or not isinstance(max_output_chars, int)
-        or max_output_chars < _MIN_OUTPUT_CHARS
-    ):
-        raise ConfigError(
-            f"workspace_tools: max_output_chars must be an int >= {_MIN_OUTPUT_CHARS}, "
-            f"got {max_output_chars!r}"
-        )
+    check_max_output_chars("workspace_tools", max_output_chars)
     if shell and not hasattr(os, "killpg"):
         raise ConfigError(
             "workspace_tools: the shell tool needs POSIX process groups; pass shell=False"

@@ -17,7 +17,8 @@ taken from the servers' own annotations (extra ``polyloop[mcp]``, on the officia
 * **Tools** join a ``ToolRegistry`` with the server's JSON schemas as given; arguments are
   validated against them on the registry's usual path (an unknown tool or invalid arguments
   is ``not_executed``, with the problems in words a model can act on). A name that is already
-  registered is a ``ConfigError``; ``register(prefix="time_")`` avoids it.
+  registered is a ``ConfigError``; ``register(prefix="time_")`` avoids it. So is a name
+  model APIs refuse, unless ``register(on_skipped=...)`` is told to leave such tools out.
 * **Replay policy** from the annotations: ``readOnlyHint: true`` or ``idempotentHint: true``
   gives ``idempotent``; anything else, no annotations included, ``never``
   (:func:`replay_from_annotations`); ``register(replay={"name": "never"})`` overrides it.
@@ -27,6 +28,8 @@ taken from the servers' own annotations (extra ``polyloop[mcp]``, on the officia
 * **Results**: text blocks are the observation; structured content is kept as canonical
   JSON; images, audio and binary resources are one summary line each (type, size, URI) and
   saved under ``store_dir`` if given; ``isError: true`` is an executed failure the model sees.
+  Of an answer longer than ``max_output_chars`` (default 20,000, as the workspace tools), the
+  first and last halves are kept and the cut is counted in ``Outcome.truncated_chars``.
 * **Failures** (see :class:`MCPServer`): a call that never reached the server is
   ``not_executed``; one that reached it and got no answer (the server died, the connection
   broke, ``timeout_s`` passed) is an executed failure, since it may have acted; a stdio server
@@ -45,14 +48,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("polyloop.tools.mcp needs the MCP SDK: pip install 'polyloop[mcp]'") from exc
 
-from ._server import (
-    OP_ID_META_KEY,
-    MCPServer,
-    MCPServerError,
-    MCPTool,
-    replay_from_annotations,
-)
+from ._ops import OP_ID_META_KEY
+from ._server import MCPServer, MCPServerError
 from ._texts import DEFAULT_MCP_TEXTS, MCPTexts
+from ._tools import MCPTool, replay_from_annotations
 
 __all__ = [
     "DEFAULT_MCP_TEXTS",

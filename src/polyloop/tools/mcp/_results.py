@@ -19,6 +19,7 @@ from jsonschema.exceptions import SchemaError, ValidationError
 
 from polyloop.types import ActionStatus, Failure, Outcome, canonical_json
 
+from .._output import HeadTail
 from ..registry import InvalidArguments
 
 log = logging.getLogger("polyloop.tools.mcp")
@@ -80,6 +81,8 @@ async def result_outcome(
     tool: str,
     store: Callable[[bytes, str | None], Any] | None,
     empty_error: str,
+    max_chars: int | None,
+    omitted: str,
 ) -> Outcome:
     """The Outcome of a result the server sent.
 
@@ -89,6 +92,10 @@ async def result_outcome(
     and URI (and, with ``store``, the file it was saved to: ``store(data, mime) -> path``,
     awaited); a resource link as one line with its URI. ``isError`` makes it an executed
     failure whose observation is the server's error text.
+
+    Of an observation longer than ``max_chars`` (None: no cap), the first and the last half
+    are kept with ``omitted`` (placeholder ``omitted``) between them, and the characters cut
+    are the outcome's ``truncated_chars``.
     """
     parts: list[str] = []
     texts: list[str] = []
@@ -116,7 +123,7 @@ async def result_outcome(
     if structured is not None and not _covered(texts, structured):
         shown = canonical_json(structured)
         parts.append(shown if not texts else f"structured content: {shown}")
-    observation = "\n".join(parts)
+    observation, cut = _capped(parts, max_chars, omitted)
     if result.is_error:
         message = observation.strip() or empty_error.format(tool=tool)
         return Outcome(
@@ -126,8 +133,24 @@ async def result_outcome(
             failure=Failure(
                 error_type="MCPToolError", message=message.splitlines()[0][: _SHOWN_CHARS * 4]
             ),
+            truncated_chars=cut,
         )
-    return Outcome(ActionStatus.executed, observation)
+    return Outcome(ActionStatus.executed, observation, truncated_chars=cut)
+
+
+def _capped(parts: list[str], max_chars: int | None, omitted: str) -> tuple[str, int]:
+    """``parts`` joined by newlines, cut to ``max_chars`` (see ``result_outcome``), and the
+    characters cut; the whole text is never built when it is longer."""
+    if max_chars is None:
+        return "\n".join(parts), 0
+    kept = HeadTail(max_chars)
+    for i, part in enumerate(parts):
+        if i:
+            kept.add("\n")
+        kept.add(part)
+    if not kept.omitted:
+        return kept.head + kept.tail, 0
+    return kept.head + omitted.format(omitted=kept.omitted) + kept.tail, kept.omitted
 
 
 def _covered(texts: list[str], structured: Any) -> bool:

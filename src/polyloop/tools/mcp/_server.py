@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import os
 import re
 import shlex
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,15 +32,14 @@ from polyloop.types import (
     ToolContext,
 )
 
+from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ReconcileHook, Tool, ToolRegistry
-from ._results import arguments_validator, result_outcome, write_stored
+from ._ops import Tracking, op_of_message, request_meta
+from ._results import result_outcome, write_stored
 from ._stdio import StdioProcess, stdio_transport
 from ._texts import DEFAULT_MCP_TEXTS, MCPTexts
-
-OP_ID_META_KEY = "polyloop/op_id"
-"""The key of ``params._meta`` under which every ``tools/call`` request carries PolyLoop's
-``op_id`` (the same on a replay after a crash): a server may use it to de-duplicate."""
+from ._tools import MCPTool, listed_tool, register_listed
 
 # JSON-RPC errors that say the server did not run the call (it could not parse or route it).
 _NOT_RUN_CODES = frozenset({-32700, -32600, -32601, -32602})
@@ -53,38 +50,6 @@ _CLOSE_TIMEOUT_S = 10.0
 class MCPServerError(PolyLoopError):
     """An MCP server could not be started, connected to, or listed (its message names the
     server and the reason, with the server's last stderr line for a stdio server)."""
-
-
-@dataclass(frozen=True, slots=True)
-class MCPTool:
-    """A tool a server offers, as listed, with the replay policy PolyLoop derives for it.
-
-    Attributes:
-        name: the server's name for it.
-        description: its description ("" if none).
-        input_schema: its JSON schema, as given.
-        annotations: its annotations as sent (``readOnlyHint``, ``idempotentHint``,
-            ``destructiveHint``, ``openWorldHint``, ``title``); empty if none.
-        replay: :func:`replay_from_annotations` of them.
-    """
-
-    name: str
-    description: str
-    input_schema: Mapping[str, Any] = field(repr=False)
-    annotations: Mapping[str, Any]
-    replay: ReplayPolicy
-
-
-def replay_from_annotations(annotations: Mapping[str, Any] | None) -> ReplayPolicy:
-    """``idempotent`` when the server says the tool is read-only (``readOnlyHint: true``) or
-    idempotent (``idempotentHint: true``: repeating it has no additional effect, destructive or
-    not); ``never`` otherwise, including when it says nothing. Annotations are the server's
-    hints: override them per tool where you know better (``MCPServer.register(replay=...)``).
-    """
-    a = annotations or {}
-    if a.get("readOnlyHint") is True or a.get("idempotentHint") is True:
-        return ReplayPolicy.idempotent
-    return ReplayPolicy.never
 
 
 @dataclass(eq=False)
@@ -144,6 +109,12 @@ class MCPServer:
         connect_timeout_s: how long starting, connecting and listing may take.
         store_dir: where images, audio and binary resources in results are saved (by content
             hash); None keeps only their summary line.
+        max_output_chars: the most characters of one answer the observation keeps (an int
+            >= 100; default 20,000, as the workspace tools): of a longer one, the first and
+            the last half, with ``texts.omitted`` between them, and the characters cut in
+            ``Outcome.truncated_chars`` (so in the step's ``observation_truncated_chars``).
+            None: no cap, the journal keeps every character (three times: in the action's
+            result record, the step record and ``steps.observation``).
         texts: the wording of PolyLoop's own observations about calls.
     """
 
@@ -158,6 +129,7 @@ class MCPServer:
         timeout_s: float | None = 120.0,
         connect_timeout_s: float = 30.0,
         store_dir: str | Path | None = None,
+        max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
         texts: MCPTexts = DEFAULT_MCP_TEXTS,
     ) -> None:
         if (argv is None) == (url is None):
@@ -170,6 +142,7 @@ class MCPServer:
             raise ConfigError(f"MCPServer timeout_s must be > 0 or None, got {timeout_s!r}")
         if not connect_timeout_s > 0:
             raise ConfigError(f"MCPServer connect_timeout_s must be > 0, got {connect_timeout_s}")
+        check_max_output_chars("MCPServer", max_output_chars, optional=True)
         self.kind: Literal["stdio", "http"] = "stdio" if argv is not None else "http"
         self.argv = tuple(argv) if argv is not None else None
         self.url = url
@@ -179,6 +152,7 @@ class MCPServer:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._store_dir = Path(store_dir) if store_dir is not None else None
+        self.max_output_chars = max_output_chars
         self.texts = texts
         self._conn: _Connection | None = None
         self._lock = asyncio.Lock()
@@ -288,15 +262,7 @@ class MCPServer:
                         break
         except (MCPError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
             raise MCPServerError(f"{self!r}: listing its tools failed: {_reason(e)}") from None
-        listed = []
-        for t in tools:
-            hints = (
-                t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {}
-            )
-            listed.append(
-                MCPTool(t.name, t.description or "", t.input_schema, hints, _policy(hints))
-            )
-        return tuple(listed)
+        return tuple(listed_tool(t) for t in tools)
 
     async def register(
         self,
@@ -307,6 +273,7 @@ class MCPServer:
         replay: Mapping[str, str | ReplayPolicy] | None = None,
         reconcile: Mapping[str, ReconcileHook] | None = None,
         completion_markers: Sequence[str] = (),
+        on_skipped: Callable[[str, str], object] | None = None,
     ) -> tuple[Tool, ...]:
         """List the server's tools and register them on ``registry`` (connecting first if
         needed), beside whatever is registered there. Each is named ``prefix + its name``,
@@ -316,64 +283,36 @@ class MCPServer:
         Keys of ``include``, ``replay``, ``reconcile`` and ``completion_markers`` are the
         server's names (without the prefix).
 
-        All or nothing: on an error, no tool of this server is registered.
+        A tool whose name (with the prefix) is not ``^[a-zA-Z0-9_-]{1,64}$``, which model APIs
+        refuse, cannot be registered: by default that is an error; with ``on_skipped``, each
+        such tool is left out, ``on_skipped(its name, why)`` is called for it (the name is the
+        server's, ``why`` one line), and the others are registered.
+
+        All or nothing: on an error, no tool of this server is registered (and ``on_skipped``
+        was not called).
 
         Raises:
             ConfigError: a name is already registered or two tools would get one name (pass
-                ``prefix=``), a name is not ``^[a-zA-Z0-9_-]{1,64}$`` (leave it out with
-                ``include=``), or a key names no tool of the server.
+                ``prefix=``), a name is not ``^[a-zA-Z0-9_-]{1,64}$`` and ``on_skipped`` is
+                None (leave it out with ``include=``), or a key names no tool of the server.
             MCPServerError: the server cannot be reached or listed.
         """
         offered = {t.name: t for t in await self.list_tools()}
-        names = list(offered) if include is None else list(include)
-        overrides = dict(replay or {})
-        hooks = dict(reconcile or {})
-        for what, keys in (
-            ("include", names),
-            ("replay", overrides),
-            ("reconcile", hooks),
-            ("completion_markers", completion_markers),
-        ):
-            unknown = sorted(set(keys) - set(offered))
-            if unknown:
-                raise ConfigError(
-                    f"{self!r}: {what} names {unknown}, which it does not offer "
-                    f"(it offers {sorted(offered)})"
-                )
-        taken = [prefix + n for n in names if prefix + n in registry]
-        if taken:
-            raise ConfigError(
-                f"{self!r}: tools named {taken} are already registered; pass prefix=... to "
-                "register this server's tools under other names"
-            )
-        bad = [prefix + n for n in names if not re.match(r"^[a-zA-Z0-9_-]{1,64}$", prefix + n)]
-        if bad:
-            raise ConfigError(
-                f"{self!r}: the tool names {bad} are not ^[a-zA-Z0-9_-]{{1,64}}$ (what model "
-                "APIs accept); leave them out with include=[...]"
-            )
-        origin = f"MCP server {self.spec}"
-        registered = []
-        for n in names:
-            t = offered[n]
-            policy: str | ReplayPolicy = overrides.get(n, t.replay)
-            if n in hooks:
-                policy = ReplayPolicy.reconcile
-            registered.append(
-                registry.register_external(
-                    prefix + n,
-                    description=t.description or n,
-                    parameters=t.input_schema,
-                    validate=arguments_validator(t.input_schema, where=f"{origin}: tool {n!r}"),
-                    call=functools.partial(self._call_tool, n),
-                    replay=policy,  # type: ignore[arg-type]  # checked by the registry
-                    reconcile=hooks.get(n),
-                    completion_marker=n in completion_markers,
-                    origin=origin,
-                )
-            )
+        registered = register_listed(
+            registry,
+            offered,
+            server=repr(self),
+            origin=f"MCP server {self.spec}",
+            call=self._call_tool,
+            prefix=prefix,
+            include=include,
+            replay=replay,
+            reconcile=reconcile,
+            completion_markers=completion_markers,
+            on_skipped=on_skipped,
+        )
         registry.add_wording_version(self.texts.version)
-        return tuple(registered)
+        return registered
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> Outcome:
         """Call the server's tool ``name`` (its own name) with ``arguments`` (not validated
@@ -403,7 +342,7 @@ class MCPServer:
                 name,
                 dict(arguments),
                 read_timeout_seconds=self.timeout_s,
-                meta=_meta(op_id),
+                meta=request_meta(op_id),
             )
         except MCPError as exc:
             return self._error_outcome(name, exc, sent=op_id in self._sent)
@@ -413,7 +352,12 @@ class MCPServer:
             self._sent.discard(op_id)
         store = self._store if self._store_dir is not None else None
         return await result_outcome(
-            result, tool=name, store=store, empty_error=self.texts.empty_error
+            result,
+            tool=name,
+            store=store,
+            empty_error=self.texts.empty_error,
+            max_chars=self.max_output_chars,
+            omitted=self.texts.omitted,
         )
 
     def _error_outcome(self, name: str, exc: MCPError, *, sent: bool) -> Outcome:
@@ -525,7 +469,7 @@ class MCPServer:
                     client = httpx2.AsyncClient(
                         headers=_expand(self._headers),
                         timeout=httpx2.Timeout(30.0, read=300.0),
-                        transport=_Tracking(httpx2.AsyncHTTPTransport(), self._sent),
+                        transport=Tracking(httpx2.AsyncHTTPTransport(), self._sent),
                     )
                     await stack.enter_async_context(client)
                     streams = await stack.enter_async_context(
@@ -557,13 +501,12 @@ class MCPServer:
     def _on_write(self, message: Any, sent: bool) -> None:
         """Mark a ``tools/call`` request as sent (its bytes go to the server now), or not
         (writing them failed)."""
-        if isinstance(message, mcp_types.JSONRPCRequest) and message.method == "tools/call":
-            op = ((message.params or {}).get("_meta") or {}).get(OP_ID_META_KEY)
-            if isinstance(op, str):
-                if sent:
-                    self._sent.add(op)
-                else:
-                    self._sent.discard(op)
+        op = op_of_message(message)
+        if op is not None:
+            if sent:
+                self._sent.add(op)
+            else:
+                self._sent.discard(op)
 
 
 class _Unreachable(Exception):
@@ -582,43 +525,6 @@ def _find(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseExc
     return None
 
 
-class _Tracking(httpx2.AsyncBaseTransport):
-    """An HTTP transport that marks a ``tools/call`` as sent once its connection opened (a
-    connection that could not be opened sent nothing)."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport, sent: set[str]) -> None:
-        self._inner = inner
-        self._sent = sent
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        op = _op_of(request.content) if request.method == "POST" else None
-        try:
-            response = await self._inner.handle_async_request(request)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout):
-            raise
-        except BaseException:
-            if op is not None:
-                self._sent.add(op)
-            raise
-        if op is not None:
-            self._sent.add(op)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def _op_of(body: bytes) -> str | None:
-    if OP_ID_META_KEY.encode() not in body:
-        return None
-    try:
-        params = json.loads(body).get("params") or {}
-    except (ValueError, AttributeError):
-        return None
-    op = (params.get("_meta") or {}).get(OP_ID_META_KEY)
-    return op if isinstance(op, str) else None
-
-
 async def _finish(conn: _Connection) -> None:
     conn.closing.set()
     task = conn.task
@@ -632,16 +538,6 @@ async def _finish(conn: _Connection) -> None:
             await task
     elif not task.cancelled():
         task.exception()  # retrieved: its failure was reported through `ready`
-
-
-def _meta(op_id: str) -> mcp_types.RequestParamsMeta:
-    """The request's ``_meta``: an open map in the SDK's types (extra keys round-trip)."""
-    meta: dict[str, Any] = {OP_ID_META_KEY: op_id}
-    return meta  # type: ignore[return-value]
-
-
-def _policy(hints: Mapping[str, Any]) -> ReplayPolicy:
-    return replay_from_annotations(hints)
 
 
 def _failed(text: str, error_type: str, message: str) -> Outcome:

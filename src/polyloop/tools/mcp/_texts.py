@@ -19,7 +19,7 @@ class MCPTexts:
     ``tool`` (the name the model called), ``server`` (the command line or URL), and those
     listed."""
 
-    version: str = "polyloop-mcp-1"
+    version: str = "polyloop-mcp-2"
 
     not_sent: str = (
         "Error: the MCP server {server} could not be reached ({reason}); the call to {tool!r} "
@@ -44,6 +44,9 @@ class MCPTexts:
     """Any other JSON-RPC error (the tool may have run). Placeholders: ``message``."""
     empty_error: str = "Error: the MCP tool {tool!r} failed and gave no message"
     """An ``isError`` result with no text."""
+    omitted: str = "\n[... {omitted} characters of output omitted ...]\n"
+    """Put between the first and the last half of an answer longer than the server's
+    ``max_output_chars``. Placeholders: ``omitted`` (the characters cut)."""
 
 
 DEFAULT_MCP_TEXTS = MCPTexts()
