@@ -5,6 +5,7 @@ journals the verdict with the step and the run goes on, on every journal."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,55 @@ def test_on_task_completed_must_be_a_bool() -> None:
 
     with pytest.raises(ConfigError, match="on_task_completed"):
         RunEndGuard(g, on_task_completed="yes")  # type: ignore[arg-type]
+
+
+async def test_a_run_cancelled_while_a_completion_guard_runs_keeps_the_executed_step(
+    every_journal: OpenJournal,
+) -> None:
+    log: list[str] = []
+    entered = asyncio.Event()
+
+    async def slow(ctx: GuardContext) -> Complete:
+        entered.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    guard = RunEndGuard(slow, on_task_completed=True)
+    async with every_journal() as journal:
+        loop = Loop(
+            ScriptedModel([call("done", {"answer": "a"})]),
+            tools=make_tools(log),
+            guards=[guard],
+            journal=journal,
+        )
+        task = asyncio.create_task(loop.run("g", run_id="k"))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        _, records = await journal.read("k")
+    end = records[-1]
+    assert isinstance(end, RunEnd) and end.stop_reason == StopReason.cancelled
+    steps = [x.step for x in records if isinstance(x, StepWritten)]
+    assert [s.tool_name for s in steps] == ["done"] and log == ["done a"]
+    assert steps[0].observation == "submitted a"  # not judged: written as the tool said
+    assert end.steps_used == 1 and end.actions_executed == 1
+    async with every_journal() as journal:  # ended: a resume rebuilds it, runs nothing
+        again = await Loop(ScriptedModel([]), tools=make_tools(log), journal=journal).resume("k")
+    assert again.stop_reason == StopReason.cancelled and again.actions_executed == 1
+    assert again.steps == tuple(steps) and log == ["done a"]
+
+
+async def test_the_feedback_survives_the_cut_of_a_long_tool_text() -> None:
+    def never_happy(ctx: GuardContext) -> Steer:
+        return Steer("no")
+
+    model = ScriptedModel([call("done", {"answer": "a"}), "giving up"])
+    guard = RunEndGuard(never_happy, max_steers=1, on_task_completed=True)
+    r = await Loop(
+        model, tools=make_tools(), guards=[guard], limits=Limits(max_observation_chars=5)
+    ).run("g")
+    step = r.steps[0]
+    assert step.observation == "no\n\nsubmitted a" and step.observation_truncated_chars == 6
+    seen = model.requests[1].messages[-1]["content"]
+    assert seen.startswith("no\n\nsubmi") and "submitted a" not in seen

@@ -307,7 +307,7 @@ async def settle(
     records = (*records, *seen.records)
     if reason is StopReason.task_completed and d.cfg.guards:  # guards may not accept it
         records, steered, report = await guarding.judge_completion(
-            d, sc, result, step, records, durable
+            d, sc, result, step, cut, records, durable
         )
         if steered is not None:
             await d._append_step(records, steered, sc.reply, cut)

@@ -8,6 +8,7 @@ Each verdict is a ``GuardVerdict`` record, written with the step.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from typing import TYPE_CHECKING
@@ -84,25 +85,31 @@ async def judge_completion(
     sc: StepCtx,
     result: ActionResult,
     step: StepRecord,
+    cut: int,
     records: tuple[Record, ...],
     durable: bool,
 ) -> tuple[tuple[Record, ...], StepRecord | None, EscalationReport | None]:
     """G, on a ``task_completed`` end of the action of ``sc``: ask the guards that opted in
     (``on_task_completed``). ``records``: those to write with its ``step`` (the action's
-    ``result`` first unless ``durable``); the result is made durable here before a guard runs
-    (a guard may take long; a crash in it must not execute the action again). Returns the
-    records to write with the step, the steered step when a guard steered (the run goes on:
-    the feedback, a blank line, then the tool's text as its observation), and the hand-over
-    report when a guard raised ``Escalate``."""
+    ``result`` first unless ``durable``); ``cut``: PolyLoop's cut of its observation. The
+    result is made durable here before a guard runs (a guard may take long; a crash in it
+    must not execute the action again). Returns the records to write with the step, the
+    steered step when a guard steered (the run goes on: the feedback, a blank line, then the
+    tool's text as its observation), and the hand-over report when a guard raised
+    ``Escalate``. A cancellation of the run while a guard runs writes the step as the action
+    left it (no verdict) before the cancellation goes on, so the run ends ``cancelled`` with
+    its executed step."""
     if not any(g.on_task_completed for g in d.cfg.guards):
         return records, None, None
     if not durable:
         await d._write((result,))
         records = records[1:]
     completion: CompletionKind = "marker" if result.outcome.marker else "environment"
-    verdicts, steer, bad = await check(
-        d, sc.step_idx, sc.reply.text, completion, step, sc
-    )  # fmt: skip
+    try:
+        verdicts, steer, bad = await check(d, sc.step_idx, sc.reply.text, completion, step, sc)
+    except asyncio.CancelledError:  # the run is cancelled: its executed step is kept, unjudged
+        await d._write((*records, d._add_to_context(step, sc.reply, cut)))
+        raise
     records = (*records, *verdicts)
     if isinstance(steer, Escalation):
         escalation, _ = clean_escalation(steer)

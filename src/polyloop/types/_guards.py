@@ -104,7 +104,8 @@ class RunEndGuard:
     text in the step's observation, journals the verdict with the step, and the run goes on
     (on the last allowed step: ``step_budget``). ``Escalate`` from such a check ends the run
     ``escalated``. The action's result is journaled before such guards run: a crash while
-    they run never executes the action again (a resume asks the guards again).
+    they run never executes the action again (a resume asks the guards again); a run cancelled
+    while they run ends ``cancelled`` with the step as the tool left it (unjudged).
     """
 
     check: GuardCheck
