@@ -24,7 +24,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Complete:
-    """A run-end guard accepts the final answer."""
+    """A run-end guard accepts the final answer (or the completion by an action)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,8 @@ GuardCheck: TypeAlias = Callable[[GuardContext], Verdict | Awaitable[Verdict]]
 
 @dataclass(frozen=True, slots=True)
 class RunEndGuard:
-    """A condition on the finished conversation, checked when the model gives a final answer.
+    """A condition on the finished conversation, checked when the model gives a final answer
+    (and, with ``on_task_completed``, when an action completed the run).
 
     Args:
         check: ``check(ctx) -> Complete() | Steer(feedback)`` (sync or async). It must not
