@@ -71,8 +71,10 @@ class Loop:
             the stop reason stays the budget's, and ``steps_used`` may exceed ``max_steps`` by
             one (see :mod:`polyloop.kernel.wrap_up`). Off by default: experiments choose it.
         clock: time source for timings and backoff (``polyloop.testing.FakeClock`` in tests).
-        guards: run-end guards, checked in order when the model gives a final answer; a plain
-            function becomes ``RunEndGuard(fn)`` (named after it, at most 2 steers).
+        guards: run-end guards, checked in order when the model gives a final answer (those
+            with ``on_task_completed`` also when a marker tool or the environment completed
+            the run); a plain function becomes ``RunEndGuard(fn)`` (named after it, at most 2
+            steers, final answers only).
         report_hook: ``report_hook(report) -> [direction, ...]``: candidate directions of
             your own for the escalation report of a ``repeated_failure`` run, appended to
             those PolyLoop reads from the ledger (sync; must not block; an exception it raises

@@ -17,7 +17,16 @@ from polyloop import (
     StopReason,
 )
 from polyloop.testing import FakeClock, ScriptedModel
-from polyloop.types import ModelAttemptFailed, ModelDelta, ModelIntent, ModelRequest, Usage
+from polyloop.types import (
+    ErrorInfo,
+    ModelAttemptFailed,
+    ModelDelta,
+    ModelIntent,
+    ModelRequest,
+    Usage,
+    record_from_dict,
+    record_to_dict,
+)
 from tests.conftest import Crash, RecordingJournal, call, make_tools
 
 BUSY = ModelCallError("busy", retryable=True, kind="rate_limit")
@@ -199,6 +208,18 @@ async def test_outside_a_run_complete_asks_each_model_once_in_order() -> None:
     assert FallbackModel(ScriptedModel([]), backup).name == "fallback(?, b)"
 
 
+async def test_outside_a_run_a_model_that_streamed_part_of_its_reply_is_not_replaced() -> None:
+    cut = ModelCallError("stream cut off", retryable=True, kind="connection")
+    backup = ScriptedModel(["Rome."], name="b")
+    pieces: list[str] = []
+    request = ModelRequest("r", 0, 1, (), (), lambda kind, text: pieces.append(text))
+    with pytest.raises(ModelCallError, match="cut off"):
+        await FallbackModel(Streams(["Par"], cut), backup).complete(request)
+    assert pieces == ["Par"] and backup.requests == []
+    # Nothing streamed: the next model is asked, its deltas still reach the caller.
+    assert (await FallbackModel(Streams([], cut), backup).complete(request)).text == "Rome."
+
+
 @pytest.mark.parametrize(
     ("args", "kw", "message"),
     [
@@ -288,16 +309,48 @@ class StreamsThenFails(Streams):
         return await super().complete(request)
 
 
-async def test_only_the_failing_attempts_own_output_keeps_the_step_with_its_model() -> None:
-    # Attempt 1 shows "Par" and is retried (the retry replaces it); attempt 2 fails before
-    # any delta, so nothing of the failing attempt is in view and the backup is asked.
+async def test_partial_output_shown_by_an_earlier_attempt_keeps_the_step_with_its_model() -> None:
+    # Attempt 1 shows "Par" and is retried; attempt 2 fails before any delta. The step has
+    # shown the primary's output, so it stays with the primary (its retries spent: llm_error).
     cut = ModelCallError("stream cut off", retryable=True, kind="connection")
     primary = StreamsThenFails(["Par"], cut)
     backup = ScriptedModel(["Rome."], name="b")
     events: list[object] = []
-    r = await loop_of(
-        FallbackModel(primary, backup), RecordingJournal(), observers=[events.append]
-    ).run("go")
-    assert r.final_answer == "Rome." and primary.calls == 2
-    assert [q.attempt for q in backup.requests] == [3]
+    journal = RecordingJournal()
+    r = await loop_of(FallbackModel(primary, backup), journal, observers=[events.append]).run("go")
+    assert r.stop_reason == StopReason.llm_error and primary.calls == 2
+    assert backup.requests == []
+    assert intents(journal) == [(0, 1, "s:streams"), (0, 2, "s:streams")]
+    shown = [
+        (r.attempt, r.partial_shown, r.fallback)
+        for batch in journal.appends
+        for r in batch
+        if isinstance(r, ModelAttemptFailed)
+    ]
+    assert shown == [(1, True, False)]  # attempt 2's failure is the step's end
     assert [(d.attempt, d.text) for d in events if isinstance(d, ModelDelta)] == [(1, "Par")]
+
+
+async def test_a_resumed_step_whose_journal_says_output_was_shown_stays_with_its_model() -> None:
+    # Writes: 1 intent s/1, 2 failed s/1 (partial shown, retried), 3 intent s/2: crash there.
+    cut = ModelCallError("stream cut off", retryable=True, kind="connection")
+    journal = RecordingJournal(crash_at=3)
+    with pytest.raises(Crash):
+        await loop_of(
+            FallbackModel(Streams(["Par"], cut), ScriptedModel([], name="b")),
+            journal,
+            observers=[lambda e: None],
+        ).run("go", run_id="r")
+    primary = Streams([], cut)  # the resumed process has no observers; nothing streams
+    backup = ScriptedModel(["Rome."], name="b")
+    r = await loop_of(FallbackModel(primary, backup), RecordingJournal(journal.inner)).resume("r")
+    assert r.stop_reason == StopReason.llm_error and primary.calls == 1
+    assert backup.requests == []
+
+
+def test_the_partial_shown_mark_survives_the_journal_encoding() -> None:
+    rec = ModelAttemptFailed(0, "i", 1, ErrorInfo("E", "m"), 1.0, partial_shown=True)
+    assert record_from_dict(record_to_dict(rec)) == rec
+    plain = ModelAttemptFailed(0, "i", 1, ErrorInfo("E", "m"), 1.0)
+    assert "partial_shown" not in record_to_dict(plain)
+    assert record_from_dict(record_to_dict(plain)) == plain

@@ -305,6 +305,15 @@ async def settle(
         sc.step_idx, outcome, intent.action.text, st.limits, judged=reason is None
     )
     records = (*records, *seen.records)
+    if reason is StopReason.task_completed and d.cfg.guards:  # guards may not accept it
+        records, steered, report = await guarding.judge_completion(
+            d, sc, result, step, cut, records, durable
+        )
+        if steered is not None:
+            await d._append_step(records, steered, sc.reply, cut)
+            return None
+        if report is not None:
+            reason = stopping.HANDED_OVER
     if reason is None:
         signals = stopping.failure_signals(
             st.limits, seen.seen, seen.stale_rounds, seen.spreading_rounds

@@ -83,6 +83,7 @@ async def model_phase(
     wrap_up: StopReason | None = None,
     *,
     written: bool = False,
+    shown: bool = False,
 ) -> RunResult | None:
     """C, from ``attempt`` on. ``failures``: failed attempts of this step so far, since it
     last fell back; ``replaced``: code points replaced in their errors (part of the step's
@@ -90,7 +91,8 @@ async def model_phase(
     run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
     the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`);
     ``written``: the first attempt's model intent is durable already (written with the step
-    before it: ``RunDriver._next_intent``)."""
+    before it: ``RunDriver._next_intent``); ``shown``: an earlier attempt of this step showed
+    partial output (``ModelDelta`` events), so the step never falls back to another model."""
     cfg = d.cfg
     clock = cfg.clock
     last = len(d._models) - 1
@@ -141,16 +143,20 @@ async def model_phase(
                         f"{info.type}: {info.message}",
                     )
                 )
+            partial = d._partial
+            shown = shown or partial
             if info.retryable and cfg.retry.allows_retry(failures, info.retry_after):
-                await d._write(
-                    (ModelAttemptFailed(step_idx, intent_id, attempt, info, latency, bad),)
+                failed = ModelAttemptFailed(
+                    step_idx, intent_id, attempt, info, latency, bad, partial_shown=partial
                 )
+                await d._write((failed,))
                 await clock.sleep(cfg.retry.backoff_s(failures, info.retry_after, random.random()))
                 attempt += 1
                 continue
-            # The next model's turn, unless this one's partial output was already shown:
-            # then recovery stays with it (a fallback would change an answer in view).
-            if tier < last and info.kind in d._fallback_on and not d._partial:
+            # The next model's turn, unless partial output of this step was already shown
+            # (by any attempt): then recovery stays with its model (a fallback would change
+            # an answer in view).
+            if tier < last and info.kind in d._fallback_on and not shown:
                 fell = ModelAttemptFailed(
                     step_idx, intent_id, attempt, info, latency, bad, fallback=True
                 )

@@ -58,6 +58,8 @@ class Interrupted:
     last_attempt: int
     failures: int = 0
     """Attempts of this step that failed and were to be retried, since it last fell back."""
+    shown: bool = False
+    """One of them showed partial output (``partial_shown``): the step stays with its model."""
     tier: int = 0
     """Which of a ``FallbackModel``'s models the step's next attempt asks (the count of its
     failed attempts that fell back)."""
@@ -210,6 +212,7 @@ def replay(
                     cur.failures = 0
                 else:
                     cur.failures += 1
+                    cur.shown = cur.shown or rec.partial_shown
             case ActionIntent():
                 if cur is None or cur.result is None or rec.step_idx != expected:
                     raise _out_of_order(run_id, seq, "action intent without a model result")

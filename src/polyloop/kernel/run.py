@@ -359,6 +359,7 @@ class RunDriver:
             it.replaced,
             it.tier,
             wrap_up,
+            shown=it.shown,
         )
 
     # -- D, E, F: interpret (the action itself: .acting) --------------------------------------

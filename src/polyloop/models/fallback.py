@@ -15,11 +15,14 @@ with the model the journal says is next (a fallback is journaled before the next
 asked). A failure of a kind not in ``fallback_on`` ends the run ``llm_error`` as with one model,
 and so does the last model's failure.
 
-A streamed attempt that fails after its own partial output reached observers (``ModelDelta``
-events) does not fall back: recovery stays with that model (retried per the policy, then
-``llm_error``), so that an answer in view is not replaced by another model's. The rule looks at
-the failing attempt only: when an earlier attempt's partial output was followed by a retry of
-the same model (which replaced it) and that retry fails before any delta, the fallback happens.
+Once an attempt of a step has streamed partial output to observers (``ModelDelta`` events),
+the step does not fall back: recovery stays with the model that showed it (its later attempts
+are retried per the policy, then ``llm_error``), so that an answer in view is not replaced by
+another model's. The rule holds for the whole step, not only the attempt that showed the
+output: a retry that fails before any delta stays with that model too. The kernel keeps this
+per step, in the journal (``ModelAttemptFailed.partial_shown``), so a resumed step obeys it as
+well; an attempt cut off by a crash leaves no such record, and its resume may fall back. The
+next step starts with ``primary`` again.
 
 Default ``fallback_on``: ``rate_limit``, ``server``, ``connection``, ``timeout`` (the
 ``ModelCallError.kind`` values of the built-in adapters). Add ``context_length`` to fall back to
@@ -28,6 +31,7 @@ a model with a longer context, ``auth`` to fall back from a provider whose key w
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from ..seams import Model, model_name
@@ -98,13 +102,25 @@ class FallbackModel:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Outside a run: ask each model once, in order, moving on after a ``ModelCallError``
-        of a kind in ``fallback_on``; the last model's failure propagates. (In a run the
-        kernel drives the models itself, so that every attempt is journaled and retried.)"""
+        of a kind in ``fallback_on``; the last model's failure propagates, and so does the
+        failure of a model that had already passed part of its reply to ``request.on_delta``
+        (the next model would replace an answer in view). (In a run the kernel drives the
+        models itself, so that every attempt is journaled and retried.)"""
         last = len(self._models) - 1
+        shown = False
+        on_delta = request.on_delta
+        if on_delta is not None:
+
+            def seen(kind: str, text: str) -> None:
+                nonlocal shown
+                shown = True
+                on_delta(kind, text)
+
+            request = dataclasses.replace(request, on_delta=seen)
         for i, model in enumerate(self._models):
             try:
                 return await model.complete(request)
             except ModelCallError as exc:
-                if i == last or exc.kind not in self._fallback_on:
+                if i == last or exc.kind not in self._fallback_on or shown:
                     raise
         raise AssertionError("unreachable: the last model returns or raises")

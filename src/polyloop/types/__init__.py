@@ -35,6 +35,7 @@ from ._extras import import_extra
 from ._fast import fast_init
 from ._guards import (
     Complete,
+    CompletionKind,
     GuardCheck,
     GuardContext,
     GuardVerdict,
@@ -124,6 +125,7 @@ __all__ = [
     "ApprovalRequired",
     "ApprovedActionStarted",
     "Complete",
+    "CompletionKind",
     "ConfigError",
     "Conflict",
     "Decision",

@@ -141,6 +141,9 @@ class ModelAttemptFailed:
     """The next attempt goes to the next model of a :class:`~polyloop.FallbackModel` (this
     model's retries are spent, or its error is not retried). Left out of the JSON form when
     False."""
+    partial_shown: bool = False
+    """Part of this attempt's reply reached observers (``ModelDelta`` events) before it failed,
+    so the step's later attempts stay with this model. Left out of the JSON form when False."""
 
 
 @fast_init
@@ -589,6 +592,9 @@ def _pending_from(d: Mapping[str, Any] | None) -> PendingAction | None:
     )
 
 
+_MARKS = ("fallback", "partial_shown")  # ModelAttemptFailed's flags, in field order
+
+
 def record_to_dict(record: Record) -> dict[str, Any]:
     """The JSON-ready form of a record, with its ``kind``."""
     match record:
@@ -625,8 +631,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             }
             if record.replaced_chars:
                 body["replaced_chars"] = record.replaced_chars
-            if isinstance(record, ModelAttemptFailed) and record.fallback:
-                body["fallback"] = True
+            if isinstance(record, ModelAttemptFailed):
+                body.update((k, True) for k in _MARKS if getattr(record, k))
         case ActionIntent():
             body = {
                 "step_idx": record.step_idx,
@@ -767,7 +773,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
             )
             if kind == "model_failure":
                 return ModelFailure(*fields)
-            return ModelAttemptFailed(*fields, d.get("fallback", False) is True)
+            return ModelAttemptFailed(*fields, *(d.get(k, False) is True for k in _MARKS))
         if kind == "action_intent":
             a = d["action"]
             return ActionIntent(
