@@ -16,9 +16,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+
+from ._answers import AnswerReader
 
 log = logging.getLogger("polyloop.tools.mcp")
 
@@ -72,12 +73,13 @@ async def stdio_transport(
     on_write: Callable[[Any, bool], None],
 ) -> AsyncIterator[tuple[Streams, StdioProcess]]:
     """Start ``argv`` in a new process group and bridge its stdin/stdout to the session's
-    streams. ``on_write(message, True)`` is called for each JSON-RPC message just before its
-    bytes are written to the server (a request it names may reach the server from then on),
-    and ``on_write(message, False)`` if that write then fails (the server has stopped reading:
-    a line it never read whole is a request it cannot run). On exit: stdin is closed, then
-    the process group gets SIGTERM, then SIGKILL, each after a grace period, all shielded
-    from cancellation.
+    streams (the lines it writes are read by :class:`~._answers.AnswerReader`).
+    ``on_write(message, True)`` is called for each JSON-RPC message just before its bytes are
+    written to the server (a request it names may reach the server from then on), and
+    ``on_write(message, False)`` if that write then fails (the server has stopped reading: a
+    line it never read whole is a request it cannot run). On exit: stdin is closed, then the
+    process group gets SIGTERM, then SIGKILL, each after a grace period, all shielded from
+    cancellation.
 
     Raises:
         OSError: the command cannot be started (not found, not executable).
@@ -92,6 +94,7 @@ async def stdio_transport(
         start_new_session=True,  # its own process group: stopping it stops its children
     )
     server = StdioProcess(process)
+    reader = AnswerReader()
     read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -105,7 +108,7 @@ async def stdio_transport(
                     buffer = lines.pop()
                     for line in lines:
                         if line.strip():
-                            await read_in.send(_parse(line))
+                            await read_in.send(reader.read(line))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
         finally:
@@ -131,10 +134,12 @@ async def stdio_transport(
                     message = item.message
                     data = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     on_write(message, True)
+                    reader.written(message, True)
                     try:
                         await process.stdin.send(data.encode("utf-8"))
                     except BaseException:
                         on_write(message, False)
+                        reader.written(message, False)
                         raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server stopped reading: end the session's stream so no request waits on.
@@ -175,12 +180,3 @@ async def stop_process(process: anyio.abc.Process) -> None:
         if stream is not None:
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.aclose()
-
-
-def _parse(line: bytes) -> SessionMessage | Exception:
-    try:
-        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValueError as exc:
-        log.warning("mcp server sent a line that is not JSON-RPC: %r", line[:200])
-        return exc
-    return SessionMessage(message)
