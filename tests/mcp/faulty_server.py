@@ -7,7 +7,9 @@ sees what reached the server and with which op_id.
 
 Environment: FAULTY_LOG (the log file, required), FAULTY_FAIL_START=1 (exit at once with a
 message on stderr), FAULTY_FAIL_START_IF=PATH (the same while PATH exists),
-FAULTY_RAW_ANSWERS=1 (also offer answer_raw, which answers with a hand-written line).
+FAULTY_RAW_ANSWERS=1 (also offer answer_raw, which answers with a hand-written line),
+FAULTY_IGNORE_EOF=1 (once stdin ends, stay alive, and ignore SIGTERM and SIGHUP: only SIGKILL
+ends it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -124,4 +128,10 @@ if __name__ == "__main__":
         sys.exit(5)
     if os.environ.get("FAULTY_RAW_ANSWERS") == "1":
         server.tool(annotations=DESTRUCTIVE)(answer_raw)
+    ignore_eof = os.environ.get("FAULTY_IGNORE_EOF") == "1"
+    if ignore_eof:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
     server.run("stdio")
+    while ignore_eof:  # stdin ended: a server that does not take that as "stop"
+        time.sleep(1)
