@@ -8,7 +8,10 @@ sees what reached the server and with which op_id.
 Environment: FAULTY_LOG (the log file, required), FAULTY_FAIL_START=1 (exit at once with a
 message on stderr), FAULTY_FAIL_START_IF=PATH (the same while PATH exists), FAULTY_BIG=1 (a tool
 ``big`` answering as many characters as asked, plain or as an error), FAULTY_BAD_NAME=1 (two more
-tools, named ``bad name`` and ``also.bad``, which model APIs refuse).
+tools, named ``bad name`` and ``also.bad``, which model APIs refuse),
+FAULTY_RAW_ANSWERS=1 (also offer answer_raw, which answers with a hand-written line),
+FAULTY_IGNORE_EOF=1 (once stdin ends, stay alive, and ignore SIGTERM and SIGHUP: only SIGKILL
+ends it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import time
+from collections.abc import Callable
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -26,6 +32,9 @@ READ_ONLY = ToolAnnotations(readOnlyHint=True)
 DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False)
 
 server = MCPServer("faulty")
+# The SDK points fd 1 at stderr while it serves (a print must not break the protocol): a copy of
+# the real stdout, for the lines answer_raw writes by hand.
+WIRE = os.dup(1)
 
 
 def _log(event: str, ctx: Context, **extra: object) -> None:
@@ -113,9 +122,45 @@ if os.environ.get("FAULTY_BAD_NAME") == "1":
         return "also bad"
 
 
+def _deep(request_id: object) -> str:
+    """A result nested 5,000 levels deep, its id after it."""
+    nested = "[" * 5000 + "]" * 5000
+    result = f'{{"content":[],"deep":{nested}}}'
+    return f'{{"jsonrpc":"2.0","result":{result},"id":{json.dumps(request_id)}}}'
+
+
+RAW_ANSWERS: dict[str, Callable[[object], str]] = {
+    # a lone surrogate (U+DCFF) as a JSON escape, in an otherwise valid answer.
+    "surrogate": lambda i: (
+        f'{{"jsonrpc":"2.0","id":{json.dumps(i)},'
+        '"result":{"content":[{"type":"text","text":"caf\\udcff ok"}],'
+        '"structuredContent":{"result":"caf\\udcff ok"},"isError":false}}'
+    ),
+    "deep": _deep,
+    "neither": lambda i: f'{{"jsonrpc":"2.0","id":{json.dumps(i)}}}',
+}
+
+
+async def answer_raw(kind: str, ctx: Context) -> str:
+    """Answer the call with the hand-written line RAW_ANSWERS[kind], then never answer it
+    properly (destructive: it acts before it answers). Offered with FAULTY_RAW_ANSWERS=1."""
+    _log("answer_raw", ctx, kind=kind)
+    os.write(WIRE, RAW_ANSWERS[kind](ctx.request_id).encode("utf-8") + b"\n")
+    await asyncio.Event().wait()
+    return "never"
+
+
 if __name__ == "__main__":
     flag = os.environ.get("FAULTY_FAIL_START_IF")
     if os.environ.get("FAULTY_FAIL_START") == "1" or (flag and os.path.exists(flag)):
         print("faulty: refusing to start (FAULTY_FAIL_START=1)", file=sys.stderr, flush=True)
         sys.exit(5)
+    if os.environ.get("FAULTY_RAW_ANSWERS") == "1":
+        server.tool(annotations=DESTRUCTIVE)(answer_raw)
+    ignore_eof = os.environ.get("FAULTY_IGNORE_EOF") == "1"
+    if ignore_eof:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
     server.run("stdio")
+    while ignore_eof:  # stdin ended: a server that does not take that as "stop"
+        time.sleep(1)

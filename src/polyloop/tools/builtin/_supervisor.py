@@ -34,6 +34,16 @@ that exited on its own first is reported as ``exited``). KILLED counts the proce
 of the SIGKILL the supervisor sent (the command itself included); UNKILLABLE those it was not
 permitted to signal; TREE is 1 when every descendant was found (Linux) and 0 when only the
 command's process group was killed (then KILLED counts the command alone).
+
+``python -I -S _supervisor.py --exec PARENT_PID PROGRAM [ARG...]`` is its other use, for a
+process that must not outlive PolyLoop but needs its stdin (an MCP stdio server,
+:mod:`polyloop.tools.mcp._stdio`): on Linux it sets ``PR_SET_PDEATHSIG`` to SIGKILL, checks
+that PolyLoop is still its parent, and then *becomes* PROGRAM (``execvp``: the same pid, the
+same pipes, the default dispositions of SIGPIPE and SIGXFSZ), which keeps the setting: when
+PolyLoop dies, even of SIGKILL, PROGRAM gets SIGKILL. A program that is set-user-ID,
+set-group-ID or has file capabilities loses it at ``exec``, and processes PROGRAM starts do not
+inherit it. If ``prctl`` is refused it runs PROGRAM all the same (with a line on stderr); if
+PROGRAM cannot be run it exits with status 127 and ``polyloop-supervisor error MESSAGE``.
 """
 
 from __future__ import annotations
@@ -69,19 +79,24 @@ def _on_child(signum: int, frame: object) -> None:
     """Only here so that SIGCHLD writes to the wakeup pipe (its default is to be discarded)."""
 
 
-def _become_subreaper() -> bool:
-    """Whether this process is now a child subreaper that gets SIGTERM when its parent dies."""
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` (Linux); False elsewhere or when it is refused."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            return False
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
     except (ImportError, OSError, AttributeError):  # no ctypes, no libc, or no prctl in it
         return False
+
+
+def _become_subreaper() -> bool:
+    """Whether this process is now a child subreaper that gets SIGTERM when its parent dies."""
+    if not _prctl(_PR_SET_CHILD_SUBREAPER, 1):
+        return False
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
     return True
 
 
@@ -183,7 +198,25 @@ def _report(*fields: object) -> None:
         pass
 
 
+def exec_main(argv: list[str]) -> int:
+    """``--exec PARENT_PID PROGRAM [ARG...]`` (module docstring); returns only on failure."""
+    parent, command = int(argv[0]), argv[1:]
+    if not _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)):
+        _report("warning", "no parent-death signal (prctl refused); running the program anyway")
+    if os.getppid() != parent:  # PolyLoop died before the death signal was armed
+        return 1
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; exec would keep that
+        signal.signal(signum, signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        _report("error", f"cannot run {command[0]!r}: {exc.strerror or exc}")
+    return 127
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--exec"]:
+        return exec_main(argv[1:])
     parent, timeout_s, program, command = int(argv[0]), float(argv[1]), argv[2], argv[3]
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

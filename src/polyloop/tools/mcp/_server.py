@@ -95,7 +95,8 @@ class MCPServer:
 
     :meth:`aclose` stops a stdio server by its pid: stdin closed, then SIGTERM to its process
     group after 2 s, then SIGKILL after 2 more. If PolyLoop itself is killed, the server sees
-    its stdin close (most servers then exit).
+    its stdin close (most servers then exit), and on Linux it gets SIGKILL as well (also one
+    that ignores its stdin; see ``_stdio.server_command``).
 
     Args:
         argv: the stdio server's command line (one of ``argv`` / ``url``).

@@ -8,17 +8,21 @@ import collections
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
-import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+
+from ._answers import AnswerReader
 
 log = logging.getLogger("polyloop.tools.mcp")
 
@@ -27,6 +31,8 @@ log = logging.getLogger("polyloop.tools.mcp")
 _EXIT_GRACE_S = 2.0
 _TERM_GRACE_S = 2.0
 _STDERR_LINES = 20
+# The shell tool's supervisor: its ``--exec`` mode arms the parent-death signal, then execs.
+_SUPERVISOR = Path(__file__).resolve().parents[1] / "builtin" / "_supervisor.py"
 
 
 @dataclass(eq=False)
@@ -71,19 +77,21 @@ async def stdio_transport(
     cwd: str | None,
     on_write: Callable[[Any, bool], None],
 ) -> AsyncIterator[tuple[Streams, StdioProcess]]:
-    """Start ``argv`` in a new process group and bridge its stdin/stdout to the session's
-    streams. ``on_write(message, True)`` is called for each JSON-RPC message just before its
-    bytes are written to the server (a request it names may reach the server from then on),
-    and ``on_write(message, False)`` if that write then fails (the server has stopped reading:
-    a line it never read whole is a request it cannot run). On exit: stdin is closed, then
-    the process group gets SIGTERM, then SIGKILL, each after a grace period, all shielded
-    from cancellation.
+    """Start ``argv`` in a new process group (what ends it when PolyLoop dies: see
+    :func:`server_command`) and bridge its stdin/stdout to the session's streams (the lines it
+    writes are read by :class:`~._answers.AnswerReader`).
+    ``on_write(message, True)`` is called for each JSON-RPC message just before its bytes are
+    written to the server (a request it names may reach the server from then on), and
+    ``on_write(message, False)`` if that write then fails (the server has stopped reading: a
+    line it never read whole is a request it cannot run). On exit: stdin is closed, then the
+    process group gets SIGTERM, then SIGKILL, each after a grace period, all shielded from
+    cancellation.
 
     Raises:
         OSError: the command cannot be started (not found, not executable).
     """
     process = await anyio.open_process(
-        list(argv),
+        server_command(argv, env=env, cwd=cwd),
         env=dict(env) if env is not None else None,
         cwd=cwd,
         stdin=subprocess.PIPE,
@@ -92,6 +100,7 @@ async def stdio_transport(
         start_new_session=True,  # its own process group: stopping it stops its children
     )
     server = StdioProcess(process)
+    reader = AnswerReader()
     read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -105,7 +114,7 @@ async def stdio_transport(
                     buffer = lines.pop()
                     for line in lines:
                         if line.strip():
-                            await read_in.send(_parse(line))
+                            await read_in.send(reader.read(line))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
         finally:
@@ -131,10 +140,12 @@ async def stdio_transport(
                     message = item.message
                     data = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     on_write(message, True)
+                    reader.written(message, True)
                     try:
                         await process.stdin.send(data.encode("utf-8"))
                     except BaseException:
                         on_write(message, False)
+                        reader.written(message, False)
                         raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server stopped reading: end the session's stream so no request waits on.
@@ -152,6 +163,42 @@ async def stdio_transport(
                 read_out.close()
                 await stop_process(process)
             tg.cancel_scope.cancel()
+
+
+def server_command(
+    argv: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None
+) -> list[str]:
+    """The command line that starts ``argv`` so that it does not outlive PolyLoop.
+
+    On Linux: ``argv`` behind the shell supervisor's ``--exec`` mode, which sets the
+    parent-death signal (``PR_SET_PDEATHSIG``) to SIGKILL and then execs ``argv`` in its own
+    process (the server keeps that pid): when PolyLoop dies, even of SIGKILL, the server gets
+    SIGKILL, also one that ignores the end of its stdin. It costs one Python start-up per
+    server start (what the shell tool's supervisor costs per command). The signal comes when
+    the *thread* that started the server ends: PolyLoop starts it from the event loop's
+    thread, so a server also ends with its event loop's thread (it could not be used from
+    another loop anyway). It does not reach what the server starts itself (an ``npx``
+    wrapper's ``node``): those see their stdin close when PolyLoop dies, as a server does
+    elsewhere; nor a set-user-ID program, which loses it at ``exec``.
+
+    Elsewhere ``argv`` as it is: macOS has no parent-death signal (nothing a process can arm
+    before ``exec`` that ends it when its parent dies), and FreeBSD's
+    ``procctl(PROC_PDEATHSIG_CTL)`` is not used; there a server learns that PolyLoop died only
+    from the end of its stdin, and one that ignores it keeps running. ``argv`` is also started
+    as it is when its program is not found (so that starting it raises the same ``OSError``)
+    and when ``sys.executable`` is unknown.
+    """
+    program = argv[0]
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return list(argv)
+    if os.sep in program:
+        found = os.access(os.path.join(cwd or "", program), os.X_OK)
+    else:
+        path = (env if env is not None else os.environ).get("PATH", os.defpath)
+        found = shutil.which(program, path=path) is not None
+    if not found:
+        return list(argv)
+    return [sys.executable, "-I", "-S", str(_SUPERVISOR), "--exec", str(os.getpid()), *argv]
 
 
 async def stop_process(process: anyio.abc.Process) -> None:
@@ -175,12 +222,3 @@ async def stop_process(process: anyio.abc.Process) -> None:
         if stream is not None:
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.aclose()
-
-
-def _parse(line: bytes) -> SessionMessage | Exception:
-    try:
-        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValueError as exc:
-        log.warning("mcp server sent a line that is not JSON-RPC: %r", line[:200])
-        return exc
-    return SessionMessage(message)
