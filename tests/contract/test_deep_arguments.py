@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from polyloop import Limits, Loop, ModelReply, StopReason, ToolCall
+from polyloop import Limits, Loop, ModelReply, StopReason, ToolCall, ToolRegistry
 from polyloop.interpreters import JsonTextInterpreter, NativeToolCallInterpreter
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
@@ -233,3 +233,48 @@ async def test_every_adapter_sends_a_history_holding_deep_arguments(provider: Pr
         model = provider.model(fake.url)
         reply = await model.complete(ModelRequest("r", 1, 1, messages, [ADD_SPEC]))
     assert reply.text == "3"
+
+
+# -- a tool's result nested deeply -----------------------------------------------------------
+
+
+def digger() -> ToolRegistry:
+    tools = ToolRegistry()
+
+    @tools.tool
+    def dig(levels: int) -> Any:
+        """A value nested ``levels`` deep."""
+        return deep_dict(levels)
+
+    @tools.tool
+    def loop_back() -> Any:
+        """A list that contains itself, nested in a deep value."""
+        inner: list[Any] = []
+        inner.append(inner)
+        value = deep_dict(990)
+        value["loop"] = inner
+        return value
+
+    return tools
+
+
+@pytest.mark.parametrize("levels", [150, 990, 5000])
+async def test_a_tool_result_nested_deeply_is_its_json_text(levels: int, tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [ModelReply(tool_calls=(ToolCall("dig", {"levels": levels}, "c"),)), "done"]
+    )
+    async with SQLiteJournal(tmp_path / "j.db") as journal:
+        r = await Loop(model, tools=digger(), journal=journal, clock=FakeClock()).run(
+            "dig", run_id="r"
+        )
+        stored = list(await journal.steps("r"))
+    assert r.stop_reason == StopReason.agent_finished and stored == list(r.steps)
+    assert r.steps[0].observation == deep_text(levels)  # canonical JSON, as for a shallow one
+
+
+async def test_a_deep_tool_result_that_contains_itself_is_shown_shortened() -> None:
+    model = ScriptedModel([ModelReply(tool_calls=(ToolCall("loop_back", {}, "c"),)), "done"])
+    r = await Loop(model, tools=digger(), clock=FakeClock()).run("dig")
+    assert r.stop_reason == StopReason.agent_finished
+    observation = r.steps[0].observation or ""
+    assert observation.startswith("{'a': {'a': ") and len(observation) < 200
