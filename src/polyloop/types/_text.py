@@ -51,6 +51,8 @@ def clean_json(value: Any) -> tuple[Any, int]:
     top = _Container.of(value)
     if top is None:
         return _clean_leaf(value)
+    if _all_valid(value):  # the common case: one pass, nothing built
+        return value, 0
     stack = [top]
     while True:
         frame = stack[-1]
@@ -77,6 +79,28 @@ def clean_json(value: Any) -> tuple[Any, int]:
 
 
 _END: Any = object()
+
+
+def _all_valid(value: Any) -> bool:
+    """Every str in ``value`` that :func:`clean_json` would clean (keys too) is valid."""
+    stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str:
+            if not v.isascii() and clean_text(v)[1]:
+                return False
+        elif t is list or t is tuple:
+            extend(v)
+        elif t is dict or isinstance(v, Mapping):
+            for k, child in v.items():
+                if isinstance(k, str) and not k.isascii() and clean_text(k)[1]:
+                    return False
+                push(child)
+        elif isinstance(v, str) and not v.isascii() and clean_text(v)[1]:
+            return False
+    return True
 
 
 def _clean_leaf(value: Any) -> tuple[Any, int]:
