@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from polyloop import Limits, Loop, ModelReply, StopReason, ToolCall, ToolRegistry
+from polyloop import ConfigError, Limits, Loop, ModelReply, StopReason, ToolCall, ToolRegistry
 from polyloop.interpreters import JsonTextInterpreter, NativeToolCallInterpreter
 from polyloop.journal import SQLiteJournal
 from polyloop.testing import FakeClock, FunctionModel, ScriptedModel
@@ -278,3 +278,26 @@ async def test_a_deep_tool_result_that_contains_itself_is_shown_shortened() -> N
     assert r.stop_reason == StopReason.agent_finished
     observation = r.steps[0].observation or ""
     assert observation.startswith("{'a': {'a': ") and len(observation) < 200
+
+
+# -- the caller's own values -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["metadata", "history"])
+async def test_the_callers_own_values_nested_too_deeply_are_a_config_error(
+    where: str, tmp_path: Path
+) -> None:
+    """PolyLoop never alters the caller's own input: nested past ``MAX_NESTING`` levels (which
+    the journal's JSON could not write and read back safely) it is refused, nothing written."""
+    deep = deep_dict(990)
+    kwargs: dict[str, Any] = (
+        {"metadata": deep}
+        if where == "metadata"
+        else {"history": [{"role": "user", "content": [{"type": "text", "text": "x", "x": deep}]}]}
+    )
+    async with SQLiteJournal(tmp_path / "j.db") as journal:
+        with pytest.raises(ConfigError, match=f"{where} nests more than 100 levels"):
+            await Loop(ScriptedModel(["done"]), journal=journal).run("g", run_id="r", **kwargs)
+        assert await journal.list_runs() == []
+    r = await Loop(ScriptedModel(["done"])).run("g", metadata=deep_dict(MAX_NESTING))
+    assert r.stop_reason == StopReason.agent_finished
