@@ -181,6 +181,8 @@ class Loop:
 
         Raises:
             RunExists: ``run_id`` is already in the journal (nothing written).
+            ConfigError: the goal, history or metadata holds text that is not valid Unicode,
+                or nests more than ``polyloop.types.MAX_NESTING`` levels (nothing written).
             RunDetached: :meth:`detach` paused the run (no end record; resumable).
             asyncio.CancelledError: re-raised after the ``cancelled`` end record is written
                 (a cancellation of this call; :meth:`cancel` instead makes it return the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from polyloop.interpreters import NativeToolCallInterpreter
 from polyloop.seams import Interpreter
 from polyloop.types import (
     DEFAULT_TEMPLATES,
+    MAX_NESTING,
     Action,
     FinalAnswer,
     InvalidDecision,
@@ -24,6 +26,7 @@ MARKED = dataclasses.replace(
     Templates(),
     version="test",
     malformed_arguments="MALFORMED name={name} error={error}",
+    arguments_too_deep="TOO-DEEP name={name} limit={limit}",
     several_tool_calls="SEVERAL count={count} names={names}",
     empty_reply="EMPTY",
     text_without_tool_call="NO-CALL",
@@ -94,7 +97,32 @@ def test_json_that_is_not_an_object_is_an_invalid_decision(raw: str, kind: str) 
 
 def test_arguments_nested_too_deeply_to_parse_are_an_invalid_decision() -> None:
     decision = interpret(reply(ToolCall("write", "[" * 100_000)))
-    assert decision == InvalidDecision("MALFORMED name=write error=the JSON is nested too deeply")
+    assert decision == InvalidDecision("TOO-DEEP name=write limit=100")
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("form", ["mapping", "json_text"])
+def test_arguments_nested_past_max_nesting_are_refused_before_anything_recursive(
+    form: str,
+) -> None:
+    """Up to ``MAX_NESTING`` levels (the arguments object is the first) is an action; one more,
+    as a mapping or as JSON text (brackets inside strings do not count), is refused."""
+    for levels, refused in ((MAX_NESTING, False), (MAX_NESTING + 1, True), (990, True)):
+        value = _nested(levels)
+        text = '{"a":' * (levels - 1) + "{}" + "}" * (levels - 1)
+        decision = interpret(reply(ToolCall("write", value if form == "mapping" else text)))
+        if refused:
+            assert decision == InvalidDecision(f"TOO-DEEP name=write limit={MAX_NESTING}")
+        else:
+            assert isinstance(decision, Action) and decision.arguments == value
+    brackets = {"text": "[" * 5_000, "more": "{" * 5_000}
+    assert interpret(reply(ToolCall("write", json.dumps(brackets)))).arguments == brackets
 
 
 @pytest.mark.parametrize("raw", ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}'])

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from polyloop.types import MAX_NESTING, NestedTooDeeply, text_nested_deeper
+
 __all__ = ["DECODER", "loads"]
 
 
@@ -18,13 +20,18 @@ DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def loads(text: str) -> Any:
-    """Parse JSON as ``json.loads(text, parse_constant=...)`` would; raises ValueError (with
-    the parser's message) when it is not valid or nested too deeply to parse."""
+    """Parse JSON as ``json.loads(text, parse_constant=...)`` would, refusing text nested more
+    than ``MAX_NESTING`` levels before the (recursive) decoder sees it.
+
+    Raises:
+        NestedTooDeeply: the text nests more than ``MAX_NESTING`` levels (a ValueError).
+        ValueError: it is not valid JSON (the parser's message).
+    """
+    if text_nested_deeper(text):
+        raise NestedTooDeeply(MAX_NESTING)
     try:
         if text.startswith("\ufeff"):  # what json.loads says of a byte-order mark
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         return DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(str(exc)) from None
-    except RecursionError:  # hostile nesting must not crash the interpreter
-        raise ValueError("the JSON is nested too deeply") from None

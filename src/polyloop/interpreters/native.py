@@ -7,15 +7,18 @@ from typing import Any
 
 from polyloop.types import (
     DEFAULT_TEMPLATES,
+    MAX_NESTING,
     Action,
     Decision,
     FinalAnswer,
     InvalidDecision,
     ModelReply,
+    NestedTooDeeply,
     Templates,
     ToolCall,
     ToolSpec,
     canonical_json,
+    nested_deeper,
 )
 
 from ._json import loads
@@ -29,9 +32,11 @@ class NativeToolCallInterpreter:
     * Exactly one tool call -> ``Action(text="name(<canonical JSON args>)", tool_name,
       arguments, call_id)``. Arguments given as a JSON string are parsed; "" or whitespace means
       ``{}``; malformed JSON, ``NaN``/``Infinity`` or a non-object -> ``InvalidDecision``
-      (``templates.malformed_arguments``). An empty call id becomes None. The tool name is not
-      checked here: an unknown tool is a valid decision that the environment answers
-      ``not_executed``.
+      (``templates.malformed_arguments``); arguments (a string or a mapping) nested more than
+      ``polyloop.types.MAX_NESTING`` levels -> ``InvalidDecision``
+      (``templates.arguments_too_deep``), before anything recursive reads them. An empty
+      call id becomes None. The tool name is not checked here: an unknown tool is a valid
+      decision that the environment answers ``not_executed``.
     * More than one tool call -> ``InvalidDecision`` (``templates.several_tool_calls``); none of
       them is executed.
     * No tool call and non-blank text -> ``FinalAnswer(text)`` (the text unchanged), or
@@ -76,6 +81,10 @@ class NativeToolCallInterpreter:
     def _action(self, call: ToolCall) -> Decision:
         try:
             arguments = _arguments(call.arguments)
+        except NestedTooDeeply as exc:
+            return InvalidDecision(
+                self._templates.arguments_too_deep.format(name=call.name, limit=exc.limit)
+            )
         except ValueError as exc:
             return InvalidDecision(
                 self._templates.malformed_arguments.format(name=call.name, error=str(exc))
@@ -95,12 +104,16 @@ def _arguments(raw: Mapping[str, Any] | str) -> dict[str, Any]:
     """The call's arguments as a dict.
 
     Raises:
+        NestedTooDeeply: the arguments nest more than ``MAX_NESTING`` levels.
         ValueError: malformed JSON, or JSON that is not an object (the message says which).
     """
     if not isinstance(raw, str):
         if not isinstance(raw, Mapping):
             raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
-        return dict(raw)
+        raw = dict(raw)
+        if nested_deeper(raw):
+            raise NestedTooDeeply(MAX_NESTING)
+        return raw
     if not raw.strip():
         return {}
     value = loads(raw)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..seams import Approvals, Context
 from ..types import (
+    MAX_NESTING,
     AlreadyDecided,
     ApprovalDecided,
     ConfigError,
@@ -22,6 +23,7 @@ from ..types import (
     RunSpec,
     ToolSpec,
     first_invalid,
+    nested_deeper,
 )
 from . import approving
 from .ids import new_id
@@ -35,8 +37,14 @@ __all__ = ["Kernel"]
 def _refuse_invalid_text(verb: str, **inputs: Any) -> None:
     """The caller's own text must be valid Unicode: PolyLoop stores it as given and never
     alters it, and no journal can store a lone surrogate. ``ConfigError`` naming the argument
-    and the bad code point otherwise, before anything is written."""
+    and the bad code point otherwise, before anything is written; also for a value nested more
+    than ``MAX_NESTING`` levels (the journal's JSON is written and read back recursively)."""
     for name, value in inputs.items():
+        if nested_deeper(value):
+            raise ConfigError(
+                f"{verb}: {name} nests more than {MAX_NESTING} levels of objects and arrays, "
+                "deeper than PolyLoop stores; flatten it; nothing was written"
+            )
         where = first_invalid(value, name)
         if where is not None:
             raise ConfigError(

@@ -19,6 +19,7 @@ from ..types import (
     StopReason,
     clean_text,
     detect_pattern,
+    text_nested_deeper,
 )
 from .decision import decide
 from .ledger import Ledger
@@ -34,6 +35,8 @@ def _files_of(step: StepRecord) -> list[str]:
     """Paths an executed action named in its arguments (``path``, ``file``, …): what the
     report shows as touched when the environment reports no edits."""
     if step.action_status is not ActionStatus.executed or not step.tool_args_json:
+        return []
+    if text_nested_deeper(step.tool_args_json):  # an older writer's: never decoded recursively
         return []
     try:
         args = json.loads(step.tool_args_json)

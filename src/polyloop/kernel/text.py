@@ -32,6 +32,8 @@ from ..types import (
     canonical_json,
     clean_json,
     clean_text,
+    json_text,
+    nested_deeper,
 )
 
 _T = TypeVar("_T")
@@ -72,7 +74,12 @@ def _ascii_reply(reply: ModelReply) -> bool:
 
 def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
     """The reply with its text, reasoning, call id, model name and every tool call's name, id and
-    arguments (a str, or every key and string in a mapping) cleaned; the count replaced."""
+    arguments (a str, or every key and string in a mapping) cleaned; the count replaced.
+
+    Arguments given as a mapping nested more than ``MAX_NESTING`` levels become their JSON
+    text (exactly ``ToolCall.arguments_text``, written without recursion), so that nothing
+    after this walks them recursively: the reply is journaled and sent back to the model as
+    a string, and the interpreter refuses it as nested too deeply."""
     if _ascii_reply(reply):
         return reply, 0
     text, n = clean_text(reply.text)
@@ -83,19 +90,24 @@ def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
     model, k = _opt(reply.model)
     n += k
     calls = reply.tool_calls
+    changed = False
     if calls:
         cleaned = []
         for c in calls:
             name, a = clean_text(c.name)
             cid, b = _opt(c.id)
-            args, m = clean_json(c.arguments)
-            if a or b or m:
+            args = c.arguments
+            if not isinstance(args, str) and nested_deeper(args):
+                args = json_text(dict(args))
+                changed = True
+            args, m = clean_json(args)
+            if a or b or m or args is not c.arguments:
                 n += a + b + m
                 c = ToolCall(name, args, cid)
             cleaned.append(c)
-        if n:
+        if n or changed:
             calls = tuple(cleaned)
-    if not n:
+    if not n and not changed:
         return reply, 0
     return dataclasses.replace(
         reply, text=text, reasoning=reasoning, call_id=call_id, tool_calls=calls, model=model

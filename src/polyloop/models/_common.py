@@ -10,11 +10,12 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from ..types import ModelCallError
+from ..types import ModelCallError, text_nested_deeper
 
 __all__ = [
     "KIND_BY_STATUS",
     "Relay",
+    "arguments_object",
     "bad_response",
     "by_status",
     "content_filtered",
@@ -34,6 +35,22 @@ __all__ = [
 
 
 # -- replies -----------------------------------------------------------------------------------
+
+
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments from the history, for an API that takes them as an object: a
+    mapping as a dict, a string holding a JSON object decoded; anything else (not JSON, not an
+    object, nested more than ``MAX_NESTING`` levels) as ``{}``, as the model cannot have meant
+    it to run (the interpreter refused it, and the history holds that refusal)."""
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if not isinstance(arguments, str) or text_nested_deeper(arguments):
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def count(value: object) -> int | None:

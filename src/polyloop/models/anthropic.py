@@ -75,9 +75,11 @@ from ..types import (
     ToolCall,
     Usage,
     import_extra,
+    text_nested_deeper,
 )
 from ._common import (
     Relay,
+    arguments_object,
     bad_response,
     by_status,
     content_filtered,
@@ -231,8 +233,8 @@ class AnthropicModel:
     a blank line, in order); user text and image parts become content blocks (an
     ``image_url`` part becomes an ``image`` block, a ``data:`` URL as base64); an assistant
     message's ``tool_calls`` become ``tool_use`` blocks (JSON-string arguments decoded; an
-    argument string that is not a JSON object is sent as ``{}``, as the model cannot have
-    meant anything else to run); a ``tool`` message becomes a ``tool_result`` block
+    argument string that is not a JSON object, or too deep, is sent as ``{}``: the model cannot
+    have meant anything else to run); a ``tool`` message becomes a ``tool_result`` block
     referencing its ``tool_call_id``. Consecutive messages of one role are merged into one
     message (the API wants user and assistant to alternate, and every ``tool_result`` of a
     turn in the user message that follows it); empty text is left out (the API refuses empty
@@ -256,8 +258,9 @@ class AnthropicModel:
     ``stream: true``; the text, thinking and tool-input JSON deltas go to
     ``request.on_delta`` as they arrive (the kernel makes each a ``ModelDelta`` event), and
     the reply is put together from the events: the same reply as without streaming (a tool
-    call's ``input`` is its streamed JSON, parsed). A stream cut off before ``message_stop``
-    is a failed attempt (kind ``connection``), never a partial reply. Off by default.
+    call's ``input`` is its streamed JSON, parsed, or its text if too deep). A stream cut off
+    before ``message_stop`` is a failed attempt (kind ``connection``), never a partial reply.
+    Off by default.
 
     Extended thinking (``thinking_budget``) with tools: the API requires the signed thinking
     blocks of a tool-calling reply to come back with it in the next request. PolyLoop's
@@ -575,18 +578,6 @@ def _text_of(content: Any, where: str) -> str:
     )
 
 
-def _tool_input(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, Mapping):
-        return dict(arguments)
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            return {}
-        return decoded if isinstance(decoded, dict) else {}
-    return {}
-
-
 def _wire_messages(
     messages: Sequence[Message], thinking: Mapping[str, list[dict[str, Any]]], where: str
 ) -> tuple[str, list[dict[str, Any]]]:
@@ -627,7 +618,7 @@ def _wire_messages(
                         "type": "tool_use",
                         "id": call["id"],
                         "name": fn["name"],
-                        "input": _tool_input(fn.get("arguments")),
+                        "input": arguments_object(fn.get("arguments")),
                     }
                 )
             add("assistant", blocks)
@@ -711,14 +702,13 @@ def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]
                 raise bad_response(where, f"a tool_use block without a name: {block!r}")
             if arguments is None:
                 arguments = {}
-            elif not isinstance(arguments, Mapping):
+            elif not isinstance(arguments, Mapping | _Undecoded):
                 raise bad_response(
                     where, f"tool_use {name!r} has input of type {type(arguments).__name__}"
                 )
             call_id = getattr(block, "id", None)
-            calls.append(
-                ToolCall(name, dict(arguments), call_id if isinstance(call_id, str) else None)
-            )
+            arguments = str(arguments) if isinstance(arguments, str) else dict(arguments)
+            calls.append(ToolCall(name, arguments, call_id if isinstance(call_id, str) else None))
         # other blocks (server tools' calls and results) are not PolyLoop's to act on
     reply = ModelReply(
         text="".join(texts),
@@ -753,8 +743,8 @@ class _Block:
             thought = (getattr(self.start, "thinking", "") or "") + joined
             return SimpleNamespace(type="thinking", thinking=thought, signature=self.signature)
         if kind == "tool_use" and joined:
-            try:
-                arguments = json.loads(joined)
+            try:  # too deep to decode: kept as the text received, which the interpreter refuses
+                arguments = _Undecoded(joined) if text_nested_deeper(joined) else json.loads(joined)
             except ValueError:
                 raise bad_response(
                     where,
@@ -768,6 +758,10 @@ class _Block:
                 input=arguments,
             )
         return self.start  # a tool_use with no input deltas, redacted_thinking, others
+
+
+class _Undecoded(str):
+    """Streamed tool input nested too deeply to decode: the call's arguments, as text."""
 
 
 _STREAM_DELTAS: Final[Mapping[str, tuple[str, str, str]]] = {

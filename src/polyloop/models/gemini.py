@@ -73,6 +73,7 @@ from ..types import (
 from ._common import (
     KIND_BY_STATUS,
     Relay,
+    arguments_object,
     bad_response,
     content_filtered,
     count,
@@ -163,7 +164,7 @@ class GeminiModel:
     kernel's OpenAI-format conversation is converted: system messages become
     ``systemInstruction``; user messages ``user`` contents with ``text`` parts; an assistant
     message a ``model`` content with its text and one ``functionCall`` part per tool call
-    (``args`` the parsed arguments; arguments that are not a JSON object are sent as ``{}``);
+    (``args`` the parsed arguments; arguments not a JSON object, or too deep, are sent as ``{}``);
     tool messages ``functionResponse`` parts (``name`` found from the call they answer,
     ``response`` ``{"result": content}``) in one ``user`` content, consecutive contents of the
     same role merged, as Gemini requires; a user message with no text is left out (Gemini
@@ -430,7 +431,10 @@ class GeminiModel:
                 for call in message.get("tool_calls") or ():
                     fn = call.get("function") or {}
                     call_id, name = call.get("id"), fn.get("name", "")
-                    part: dict[str, Any] = {"name": name, "args": _args(fn.get("arguments"))}
+                    part: dict[str, Any] = {
+                        "name": name,
+                        "args": arguments_object(fn.get("arguments")),
+                    }
                     if isinstance(call_id, str):
                         names[call_id] = name
                         if not call_id.startswith(_OWN_ID_PREFIX):
@@ -544,18 +548,6 @@ def _text_of(content: Any) -> str:
             str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
         )
     return str(content)
-
-
-def _args(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, Mapping):
-        return dict(arguments)
-    if isinstance(arguments, str):
-        try:
-            value = json.loads(arguments)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-    return {}
 
 
 def _declarations(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

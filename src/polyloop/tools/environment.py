@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import inspect
 import os
+import reprlib
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,8 @@ from polyloop.types import (
     ToolContext,
     ToolSpec,
     canonical_json,
+    json_text,
+    nested_deeper,
 )
 
 from ._threads import in_thread
@@ -127,7 +130,10 @@ class ToolEnvironment:
         Returns:
             ``not_executed`` (synthetic) for an unknown tool or invalid arguments; ``executed``
             with the tool's return value as text (str as-is, None as "", a pydantic model or
-            any other value as canonical JSON, ``str()`` if it is not JSON-serialisable; an
+            any other value as canonical JSON, ``str()`` if it is not JSON-serialisable; a
+            dict, list or tuple nested more than ``MAX_NESTING`` levels as its canonical JSON
+            written without recursion, its values JSON cannot hold as their ``str()``, or if
+            it contains itself as a shortened ``repr``; an
             ``Outcome`` returned by the tool is passed through), ``marker=True`` when a
             completion-marker tool returned normally; ``executed`` with a synthetic error
             observation and ``failure`` when the tool raised (``CancelledError`` too, when the
@@ -324,12 +330,24 @@ def _observation_of(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
+    if isinstance(value, dict | list | tuple) and nested_deeper(value):
+        return _deep_observation(value)
     if isinstance(value, pydantic.BaseModel):
         return canonical_json(value.model_dump(mode="json"))
     try:
         return canonical_json(_ANY.dump_python(value, mode="json"))
     except Exception:
         return str(value)
+
+
+def _deep_observation(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str:
+    """A result nested more than ``MAX_NESTING`` levels (too deep for pydantic's serializer,
+    the C encoder or ``repr``): its canonical JSON written without recursion, values JSON
+    cannot hold as their ``str()``; one that contains itself as a shortened ``repr``."""
+    try:
+        return json_text(value, default=str)
+    except ValueError:
+        return reprlib.repr(value)
 
 
 def _failure(exc: BaseException, tool: Tool, *, error_type: str) -> Failure:

@@ -44,6 +44,13 @@ from ._guards import (
     Verdict,
 )
 from ._ledger import FailureKnown, FailureSeen, TestEdit
+from ._nesting import (
+    MAX_NESTING,
+    NestedTooDeeply,
+    json_text,
+    nested_deeper,
+    text_nested_deeper,
+)
 from ._records import (
     ActionIntent,
     ActionResult,
@@ -109,6 +116,7 @@ from ._values import (
 
 __all__ = [
     "DEFAULT_TEMPLATES",
+    "MAX_NESTING",
     "REPLACEMENT",
     "STEP_SCHEMA_VERSION",
     "TAMPERING_SIGNS",
@@ -164,6 +172,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "ModelResult",
+    "NestedTooDeeply",
     "NotAwaitingApproval",
     "Observer",
     "Outcome",
@@ -210,8 +219,11 @@ __all__ = [
     "fast_init",
     "first_invalid",
     "import_extra",
+    "json_text",
+    "nested_deeper",
     "raw_response_of",
     "record_from_dict",
     "record_json",
     "record_to_dict",
+    "text_nested_deeper",
 ]

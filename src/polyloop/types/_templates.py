@@ -18,7 +18,7 @@ __all__ = ["DEFAULT_TEMPLATES", "Templates"]
 class Templates:
     """The model-visible wording. Fields name their ``str.format`` placeholders."""
 
-    version: str = "polyloop-2"
+    version: str = "polyloop-3"
     system_prompt: str = (
         "You are an agent working toward a goal in an environment. Each turn, take exactly one "
         "action by calling one tool. When the goal is reached, reply with your final answer "
@@ -63,6 +63,11 @@ class Templates:
         "Call the tool again with the arguments as one JSON object."
     )
     """Placeholders: ``name``, ``error``."""
+    arguments_too_deep: str = (
+        "Your call to {name!r} had arguments nested too deeply (more than {limit} levels); "
+        "nothing was executed. Call the tool again with arguments that nest less deeply."
+    )
+    """Placeholders: ``name``, ``limit`` (``polyloop.types.MAX_NESTING``)."""
     several_tool_calls: str = (
         "You called {count} tools at once ({names}); call exactly one tool per turn. "
         "None of these calls was executed."

@@ -45,33 +45,105 @@ def clean_json(value: Any) -> tuple[Any, int]:
     Returns ``value`` itself when nothing was replaced; otherwise a copy, with each changed
     mapping as a ``dict``, each changed list or tuple as its own type, and each changed str
     subclass as a plain ``str``. Two keys of one mapping that differ only in replaced code
-    points become one key (the later value wins). ``value`` must not contain itself.
+    points become one key (the later value wins). ``value`` must not contain itself. Walked
+    without recursion: any depth is fine.
     """
-    t = type(value)
-    if t is str:
-        return clean_text(value)
-    if t is dict or (t is not list and t is not tuple and isinstance(value, Mapping)):
-        total = 0
-        items = []
-        for k, v in value.items():
-            if isinstance(k, str):
-                k, n = clean_text(k)
-                total += n
-            v, n = clean_json(v)
-            total += n
-            items.append((k, v))
-        return (dict(items), total) if total else (value, 0)
-    if t is list or t is tuple:
-        total = 0
-        out = []
-        for v in value:
-            v, n = clean_json(v)
-            total += n
-            out.append(v)
-        return (t(out), total) if total else (value, 0)
-    if isinstance(value, str):  # a str subclass (an enum member, say)
+    top = _Container.of(value)
+    if top is None:
+        return _clean_leaf(value)
+    if _all_valid(value):  # the common case: one pass, nothing built
+        return value, 0
+    stack = [top]
+    while True:
+        frame = stack[-1]
+        child = next(frame.children, _END)
+        if child is _END:
+            stack.pop()
+            done, n = frame.result()
+            if not stack:
+                return done, n
+            stack[-1].add(done, n)
+            continue
+        if frame.is_map:
+            key: Any
+            key, child = child
+            if isinstance(key, str):
+                key, n = clean_text(key)
+                frame.total += n
+            frame.key = key
+        inner = _Container.of(child)
+        if inner is None:
+            frame.add(*_clean_leaf(child))
+        else:
+            stack.append(inner)
+
+
+_END: Any = object()
+
+
+def _all_valid(value: Any) -> bool:
+    """Every str in ``value`` that :func:`clean_json` would clean (keys too) is valid."""
+    stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str:
+            if not v.isascii() and clean_text(v)[1]:
+                return False
+        elif t is list or t is tuple:
+            extend(v)
+        elif t is dict or isinstance(v, Mapping):
+            for k, child in v.items():
+                if isinstance(k, str) and not k.isascii() and clean_text(k)[1]:
+                    return False
+                push(child)
+        elif isinstance(v, str) and not v.isascii() and clean_text(v)[1]:
+            return False
+    return True
+
+
+def _clean_leaf(value: Any) -> tuple[Any, int]:
+    if isinstance(value, str):  # a str subclass too (an enum member, say)
         return clean_text(value)
     return value, 0
+
+
+class _Container:
+    """A mapping, list or tuple being cleaned by :func:`clean_json`: its children still to do,
+    those done, and the count replaced in it so far."""
+
+    __slots__ = ("children", "done", "is_map", "key", "total", "value")
+
+    def __init__(self, value: Any, is_map: bool) -> None:
+        self.value = value
+        self.is_map = is_map
+        self.children: Any = iter(value.items() if is_map else value)
+        self.done: list[Any] = []
+        self.total = 0
+        self.key: Any = None
+
+    @classmethod
+    def of(cls, value: Any) -> _Container | None:
+        t = type(value)
+        if t is str:
+            return None
+        if t is list or t is tuple:
+            return cls(value, False)
+        if t is dict or isinstance(value, Mapping):
+            return cls(value, True)
+        return None
+
+    def add(self, value: Any, n: int) -> None:
+        self.done.append((self.key, value) if self.is_map else value)
+        self.total += n
+
+    def result(self) -> tuple[Any, int]:
+        if not self.total:
+            return self.value, 0
+        if self.is_map:
+            return dict(self.done), self.total
+        return type(self.value)(self.done), self.total
 
 
 def first_invalid(value: Any, where: str) -> str | None:
