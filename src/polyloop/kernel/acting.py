@@ -11,7 +11,6 @@ import inspect
 import json
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from ..types import (
     Action,
@@ -36,6 +35,7 @@ from ..types import (
     ToolContext,
 )
 from . import eager, guarding, liveness, stopping
+from .driver import Driver, StepCtx
 from .report import build_report
 from .requests import pending_action
 from .steps import (
@@ -43,9 +43,6 @@ from .steps import (
     observation_cut,
 )
 from .text import clean_outcome
-
-if TYPE_CHECKING:
-    from .run import RunDriver, StepCtx
 
 __all__ = [
     "act",
@@ -129,7 +126,7 @@ def env_detail(outcome: Outcome) -> str:
     return outcome.observation
 
 
-async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
+async def replay_action(d: Driver, sc: StepCtx) -> RunResult | None:
     """An action intent without a result: obey its replay policy."""
     intent = sc.intent
     policy = intent.replay_policy
@@ -165,7 +162,7 @@ async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
     return await act(d, sc)
 
 
-async def reconciled(d: RunDriver, sc: StepCtx) -> Outcome | None:
+async def reconciled(d: Driver, sc: StepCtx) -> Outcome | None:
     """The environment's answer whether the action of ``sc`` happened: its Outcome (an
     ``env_error`` one when the hook broke its contract) or None (it did not).
 
@@ -186,7 +183,7 @@ async def reconciled(d: RunDriver, sc: StepCtx) -> Outcome | None:
     return outcome
 
 
-async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
+async def act(d: Driver, sc: StepCtx) -> RunResult | None:
     await liveness.keep_lease_margin(d)
     task = d._task
     if task is not None and task.cancelling():
@@ -231,7 +228,7 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
 
 
 async def execute(
-    d: RunDriver, action: Action, ctx: ToolContext, done: asyncio.Future[None] | None = None
+    d: Driver, action: Action, ctx: ToolContext, done: asyncio.Future[None] | None = None
 ) -> Outcome | OutcomeUnknown:
     """The environment's call, in the action's task; ``done`` is woken as it ends. The
     ``OutcomeUnknown`` it raised is handed back (to :func:`act`: the run's rule for an action
@@ -255,13 +252,13 @@ async def execute(
     return outcome
 
 
-def result_record(d: RunDriver, sc: StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
+def result_record(d: Driver, sc: StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
     """The result record of the outcome the environment gave, its text cleaned first."""
     outcome, bad = clean_outcome(outcome)
     return ActionResult(sc.step_idx, sc.intent.op_id, outcome, latency_ms, bad)
 
 
-def step_record(d: RunDriver, sc: StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
+def step_record(d: Driver, sc: StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
     """The step of an action whose outcome arrived (counting it if executed), and
     PolyLoop's cut of its observation."""
     st = d.state
@@ -279,7 +276,7 @@ def step_record(d: RunDriver, sc: StepCtx, result: ActionResult) -> tuple[StepRe
 
 
 async def settle(
-    d: RunDriver, sc: StepCtx, result: ActionResult, *, durable: bool = False
+    d: Driver, sc: StepCtx, result: ActionResult, *, durable: bool = False
 ) -> RunResult | None:
     """G for the action of ``sc`` and its ``result`` (made by :meth:`_result`, or read
     from the journal: ``durable``, then it is not written again)."""
@@ -336,7 +333,7 @@ async def settle(
     return None
 
 
-async def unknown_reported(d: RunDriver, sc: StepCtx, exc: OutcomeUnknown) -> RunResult | None:
+async def unknown_reported(d: Driver, sc: StepCtx, exc: OutcomeUnknown) -> RunResult | None:
     """A live execution of the action of ``sc`` raised ``OutcomeUnknown``: the rule resume
     applies to an action intent without a result, by its replay policy. ``never`` ends the run
     ``resume_state_unknown`` (no step); ``idempotent`` executes it again with the same
@@ -372,12 +369,12 @@ async def unknown_reported(d: RunDriver, sc: StepCtx, exc: OutcomeUnknown) -> Ru
     return await act(d, sc)
 
 
-def _executions(d: RunDriver, n: int) -> str:
+def _executions(d: Driver, n: int) -> str:
     return f"; outcome unknown after {n} executions (retry max_attempts={d.cfg.retry.max_attempts})"
 
 
 async def end_unknown(
-    d: RunDriver,
+    d: Driver,
     intent: ActionIntent,
     policy: ReplayPolicy,
     more: str = "",
@@ -386,5 +383,5 @@ async def end_unknown(
     """End the run ``resume_state_unknown`` naming the action (``more`` added to the detail)."""
     pending = pending_action(intent, policy)
     return await d._end(
-        StopReason.resume_state_unknown, pending.describe() + more, records=records, pending=pending
+        stopping.OUTCOME_UNKNOWN, pending.describe() + more, records=records, pending=pending
     )

@@ -8,7 +8,6 @@ The guards are asked in order when the model gives a final answer; the first ``S
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
 
 from ..types import (
     Complete,
@@ -22,16 +21,14 @@ from ..types import (
     StepRecord,
     clean_text,
 )
+from .driver import Driver
 from .report import build_handover_report
-
-if TYPE_CHECKING:
-    from .run import RunDriver
 
 __all__ = ["check", "handover_report"]
 
 
 async def check(
-    d: RunDriver, step_idx: int, answer: str
+    d: Driver, step_idx: int, answer: str
 ) -> tuple[tuple[Record, ...], GuardVerdict | Escalation | None, int]:
     """Ask the run-end guards about ``answer``. Returns the verdict records (written with the
     step), the steer or the hand-over, and the code points replaced in its feedback."""
@@ -64,7 +61,7 @@ async def check(
 
 
 def handover_report(
-    d: RunDriver, steps: tuple[StepRecord, ...], escalation: Escalation
+    d: Driver, steps: tuple[StepRecord, ...], escalation: Escalation
 ) -> EscalationReport:
     """The report of a run ``escalation`` hands to a person: the evidence and the ledger."""
     st = d.state

@@ -7,10 +7,8 @@ import asyncio
 import functools
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from ..types import (
-    ConfigError,
     ErrorInfo,
     ModelAttemptFailed,
     ModelCallError,
@@ -27,17 +25,15 @@ from ..types import (
     StopReason,
     Usage,
 )
-from . import stopping
+from . import deciding, stopping
 from . import wrap_up as wrapping
+from .driver import Driver
 from .steps import (
     model_failure_step,
 )
 from .text import clean_error, clean_reply
 
-if TYPE_CHECKING:
-    from .run import RunDriver
-
-__all__ = ["attempt_cost", "delta", "error_info", "model_phase", "pricing_of"]
+__all__ = ["attempt_cost", "delta", "error_info", "model_phase"]
 
 log = logging.getLogger("polyloop")
 
@@ -53,14 +49,6 @@ def error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
     return clean_error(info)
 
 
-def pricing_of(model: object) -> Pricing | None:
-    """A model's ``pricing`` attribute (optional; a ``Pricing`` or None)."""
-    pricing = getattr(model, "pricing", None)
-    if pricing is not None and not isinstance(pricing, Pricing):
-        raise ConfigError(f"{model!r}.pricing must be a polyloop.Pricing or None, got {pricing!r}")
-    return pricing
-
-
 def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
     """An attempt's cost: the provider's reported cost, else its tokens at ``pricing``."""
     if usage is None:
@@ -71,7 +59,7 @@ def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
 
 
 async def model_phase(
-    d: RunDriver,
+    d: Driver,
     step_idx: int,
     t0: float,
     prompt_chars: int,
@@ -90,7 +78,7 @@ async def model_phase(
     run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
     the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`);
     ``written``: the first attempt's model intent is durable already (written with the step
-    before it: ``RunDriver._next_intent``)."""
+    before it: ``Driver._next_intent``)."""
     cfg = d.cfg
     clock = cfg.clock
     last = len(d._models) - 1
@@ -174,7 +162,7 @@ async def model_phase(
             d._emit(
                 ModelCallFinished(d.run_id, step_idx, intent_id, attempt, call_id, latency, None)
             )
-        # The result is written with the first record that acts on it (see _decide).
+        # The result is written with the first record that acts on it (see deciding.decide).
         result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad, cost)
         st.count_result(result)
         if wrap_up is not None:
@@ -182,12 +170,12 @@ async def model_phase(
                 d, wrap_up, step_idx, t0, prompt_chars, reply, call_id, (result,),
                 replaced + bad, name,
             )  # fmt: skip
-        return await d._decide(
-            step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
+        return await deciding.decide(
+            d, step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
         )
 
 
-def delta(d: RunDriver, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
+def delta(d: Driver, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
     """A streaming adapter's ``on_delta``: one ModelDelta event."""
     d._partial = True
     d._emit(ModelDelta(d.run_id, step_idx, intent_id, attempt, kind, text))

@@ -15,11 +15,19 @@ Each iteration asks, in this order:
 * D. :func:`after_invalid` — this branch skips the completion check.
 * E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`), or ``escalated``
   (:data:`HANDED_OVER`) when a run-end guard raised ``Escalate``.
+* F, on resume or when a live execution raised ``OutcomeUnknown``: an action whose outcome is
+  not known and that its replay policy forbids running (again) is ``resume_state_unknown``
+  (:data:`OUTCOME_UNKNOWN`).
 * F/G. :func:`after_action` — ``env_error`` first, then a tool's ``Escalate``, then
   completion; ``not_executed`` never completes, and ``completed=False`` forever is normal;
   then :func:`failure_repeated`, the
   failure guard (its signals: :func:`failure_signals`), so a completed run is never stopped
   by it.
+* Any time: a cancellation of the task driving the run ends it ``cancelled``
+  (:data:`CANCELLED`, kernel.md §8), once an action in flight had its grace.
+
+The other kernel modules carry an end out (write the step and the end record); none of them
+names a reason itself (tests/unit/test_kernel_stop_reasons.py holds them to it).
 """
 
 from __future__ import annotations
@@ -27,9 +35,12 @@ from __future__ import annotations
 from ..types import ActionStatus, EndRequest, Limits, Outcome, StopReason
 
 __all__ = [
+    "CANCELLED",
     "FINAL_ANSWER",
     "HANDED_OVER",
     "MODEL_FAILED",
+    "OUTCOME_UNKNOWN",
+    "REPEATED_FAILURE",
     "admit",
     "after_action",
     "after_invalid",
@@ -42,6 +53,9 @@ __all__ = [
 MODEL_FAILED = StopReason.llm_error
 FINAL_ANSWER = StopReason.agent_finished
 HANDED_OVER = StopReason.escalated
+OUTCOME_UNKNOWN = StopReason.resume_state_unknown
+CANCELLED = StopReason.cancelled
+REPEATED_FAILURE = StopReason.repeated_failure
 
 
 def requested(request: EndRequest | None) -> StopReason | None:
@@ -122,4 +136,4 @@ def failure_signals(
 
 def failure_repeated(signals: tuple[str, ...]) -> StopReason | None:
     """G: a failure signal fired (:func:`failure_signals`)."""
-    return StopReason.repeated_failure if signals else None
+    return REPEATED_FAILURE if signals else None
