@@ -45,14 +45,19 @@ from .steps import (
 from .text import clean_outcome
 
 __all__ = [
+    "NOT_KNOWN",
+    "NOT_RUN",
     "act",
+    "as_policy",
     "end_unknown",
     "env_detail",
     "env_failed",
+    "env_raised",
     "execute",
     "handed_over",
     "not_an_outcome",
     "not_awaitable",
+    "not_started",
     "reconciled",
     "replay_action",
     "result_record",
@@ -83,17 +88,56 @@ def self_cancelled() -> Outcome:
     return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
 
 
-def env_failed(exc: EnvironmentFailure | MalformedValue, method: str = "execute") -> Outcome:
-    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``) or
+NOT_RUN = "; the action was not executed"
+"""What :func:`env_failed` adds for a method that failed before the action started."""
+NOT_KNOWN = "; whether the action happened is not known"
+"""What :func:`env_failed` adds for ``reconcile``: the action's outcome is still unknown."""
+
+
+def env_failed(exc: Exception, method: str = "execute", then: str = "") -> Outcome:
+    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``),
     broke its contract in ``method`` (``MalformedValue``: raised while it built its Outcome, or
-    made by :func:`not_an_outcome`): the error is the synthetic observation and the stop
-    detail, so the step is written and the run ends ``env_error`` instead of crashing."""
+    made by :func:`not_an_outcome`), or raised any other exception (:func:`env_raised`): the
+    error, ``<ErrorClass>: <message>`` (naming ``method`` when it is not ``execute``) with
+    ``then`` added, is the synthetic observation and the stop detail, so the step is written
+    and the run ends ``env_error`` instead of crashing."""
     name = type(exc).__name__
-    message = str(exc)
+    message = str(exc) or "(no message)"
     if isinstance(exc, MalformedValue):
         message = f"the environment's {method}() broke its contract: {message}"
+    elif method != "execute":
+        message = f"{message} (raised by the environment's {method}())"
+    message += then
     failure = Failure(error_type=name, message=message)
     return Outcome(ActionStatus.env_error, f"{name}: {message}", synthetic=True, failure=failure)
+
+
+def env_raised(d: Driver, exc: Exception, method: str, then: str = "") -> Outcome:
+    """The ``env_error`` outcome of an environment whose ``method`` raised ``exc`` (design
+    0004, 决策三 F: the step is recorded whatever the environment does): :func:`env_failed`'s,
+    with the traceback of an exception the seam does not name (a bug) in the log. Only
+    ``Exception``: cancellation, ``KeyboardInterrupt`` and ``SystemExit`` propagate."""
+    if not isinstance(exc, EnvironmentFailure | MalformedValue):
+        log.error(
+            "run %s: the environment's %s() raised %s; the step is recorded env_error",
+            d.run_id,
+            method,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+    return env_failed(exc, method, then)
+
+
+def as_policy(value: object) -> ReplayPolicy:
+    """A replay policy a custom environment gave as a str.
+
+    Raises:
+        MalformedValue: it is not one of the policies' names.
+    """
+    try:
+        return ReplayPolicy(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise MalformedValue(f"it returned {value!r}, not a ReplayPolicy") from None
 
 
 def not_an_outcome(value: object, *, none_ok: bool = False) -> MalformedValue:
@@ -131,18 +175,19 @@ async def replay_action(d: Driver, sc: StepCtx) -> RunResult | None:
     intent = sc.intent
     policy = intent.replay_policy
     name = intent.action.tool_name
-    if (
-        name is not None
-        and not intent.known_tool
-        and policy is ReplayPolicy.idempotent
-        and d.cfg.environment.replay_policy(intent.action) is not ReplayPolicy.idempotent
-    ):
-        # The environment did not know the tool when the action was decided (it gave an
-        # unknown tool's policy, 'idempotent': doing it again only says not_executed), and
-        # knows it now with another policy: it was never executed, and running it now would
-        # be a step the run never had.
-        refused = Outcome(ActionStatus.not_executed, unknown_then(name), synthetic=True)
-        return await settle(d, sc, result_record(d, sc, refused, 0.0))
+    if name is not None and not intent.known_tool and policy is ReplayPolicy.idempotent:
+        try:
+            now = d.cfg.environment.replay_policy(intent.action)
+        except Exception as exc:  # as at decision time: env_error, nothing runs
+            failed = env_raised(d, exc, "replay_policy", NOT_RUN)
+            return await settle(d, sc, result_record(d, sc, failed, 0.0))
+        if now is not ReplayPolicy.idempotent:
+            # The environment did not know the tool when the action was decided (it gave an
+            # unknown tool's policy, 'idempotent': doing it again only says not_executed),
+            # and knows it now with another policy: it was never executed, and running it
+            # now would be a step the run never had.
+            refused = Outcome(ActionStatus.not_executed, unknown_then(name), synthetic=True)
+            return await settle(d, sc, result_record(d, sc, refused, 0.0))
     if intent.known_tool and name is not None and name not in d.tool_names:
         policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
     if policy is ReplayPolicy.never:
@@ -176,8 +221,10 @@ async def reconciled(d: Driver, sc: StepCtx) -> Outcome | None:
         if not inspect.isawaitable(checked):
             raise not_awaitable(checked, "reconcile")
         outcome = await checked
-    except MalformedValue as exc:
-        return env_failed(exc, "reconcile")
+    except OutcomeUnknown:
+        raise
+    except Exception as exc:  # it broke its contract, failed, or has a bug: still unknown
+        return env_raised(d, exc, "reconcile", NOT_KNOWN)
     if outcome is not None and not isinstance(outcome, Outcome):
         return env_failed(not_an_outcome(outcome, none_ok=True), "reconcile")
     return outcome
@@ -242,8 +289,8 @@ async def execute(
         return exc
     except Escalate as exc:
         return handed_over(exc)
-    except (EnvironmentFailure, MalformedValue) as exc:
-        return env_failed(exc)
+    except Exception as exc:  # the step is recorded whatever the environment raised
+        return env_raised(d, exc, "execute")
     finally:
         if done is not None and not done.done():
             done.set_result(None)
@@ -331,6 +378,21 @@ async def settle(
         )
     await d._append_step(records, step, sc.reply, cut)
     return None
+
+
+async def not_started(
+    d: Driver, sc: StepCtx, outcome: Outcome, first: tuple[Record, ...]
+) -> RunResult:
+    """End the run with the ``env_error`` step of an action whose environment failed before
+    it started (``replay_policy`` or ``needs_approval`` raised): no action intent or result is
+    written (nothing ran, so a resume has nothing to decide about), the step and the end
+    record in one transaction with the model result ``first``."""
+    result = result_record(d, sc, outcome, 0.0)
+    step, cut = step_record(d, sc, result)
+    reason = stopping.after_action(result.outcome)
+    assert reason is not None  # an env_error outcome ends the run
+    detail = env_detail(result.outcome)
+    return await d._end(reason, detail, records=first, step=step, reply=sc.reply, cut=cut)
 
 
 async def unknown_reported(d: Driver, sc: StepCtx, exc: OutcomeUnknown) -> RunResult | None:

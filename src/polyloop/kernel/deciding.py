@@ -12,6 +12,7 @@ from ..types import (
     InvalidDecision,
     ModelReply,
     ModelResult,
+    Outcome,
     Record,
     ReplayPolicy,
     RunResult,
@@ -47,15 +48,20 @@ async def decide(
     clock = d.cfg.clock
     first: tuple[Record, ...] = () if result is None else (result,)
     args_json: str | None = None
+    refused: Outcome | None = None  # the environment failed before the action started
     try:
         decision = d.cfg.interpreter.interpret(reply, d.tool_specs)
         # Cleaned before anything reads it: decoding JSON in the reply (a "\ud800" escape)
         # can make text that is not valid Unicode out of valid text.
         if isinstance(decision, Action):
             decision, args_json, bad = clean_action(decision)
-            policy = d.cfg.environment.replay_policy(decision)
-            if type(policy) is not ReplayPolicy:  # a str from a custom environment
-                policy = ReplayPolicy(policy)
+            try:
+                policy = d.cfg.environment.replay_policy(decision)
+                if type(policy) is not ReplayPolicy:  # a str from a custom environment
+                    policy = acting.as_policy(policy)
+            except Exception as exc:  # a bug in the environment: the action does not run
+                refused = acting.env_raised(d, exc, "replay_policy", acting.NOT_RUN)
+                policy = ReplayPolicy.never
         elif isinstance(decision, InvalidDecision | FinalAnswer):
             decision, bad = clean_decision(decision)
         else:
@@ -119,8 +125,16 @@ async def decide(
     known = action.tool_name is None or action.tool_name in d.tool_names
     intent = ActionIntent(step_idx, new_id(), action, args_json, policy, known, bad)
     sc = StepCtx(step_idx, t0, prompt_chars, reply, call_id, intent, replaced + bad, False, model)
-    if d._needs_approval is not None and d._needs_approval(action):
-        return await approving.park(d, sc, first)  # raises ApprovalRequired
+    if d._needs_approval is not None and refused is None:
+        try:
+            parks = d._needs_approval(action)
+        except Exception as exc:  # as for replay_policy: the action does not run
+            refused = acting.env_raised(d, exc, "needs_approval", acting.NOT_RUN)
+            parks = False
+        if parks:
+            return await approving.park(d, sc, first)  # raises ApprovalRequired
+    if refused is not None:
+        return await acting.not_started(d, sc, refused, first)
     d._intent_written = sc
     await d._write((*first, intent))
     return await acting.act(d, sc)
