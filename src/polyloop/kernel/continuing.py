@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..types import RunResult, StopReason
-from . import acting, approving, deciding, stopping
+from . import acting, approving, deciding
 from . import model_call as calling
 from . import wrap_up as wrapping
 from .driver import Driver, StepCtx
@@ -25,9 +25,7 @@ async def finish(d: Driver, it: Interrupted) -> RunResult | None:
         return await _wrap_up(d, it, t0)
     if it.failure is not None:  # model_failure without its step: no model call
         step = model_failure_step(it.step_idx, prompt_chars, 0.0, it.replaced)
-        return await d._end(
-            stopping.MODEL_FAILED, it.failure.error.detail(it.failure.attempt), step=step
-        )
+        return await calling.failed(d, step, it.failure.error.detail(it.failure.attempt))
     if it.result is None:  # model intent without result: same intent id, next attempt
         return await call_again(d, it, t0, prompt_chars)
     reply, call_id = it.result.reply, it.result.llm_call_id

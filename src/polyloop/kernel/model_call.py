@@ -22,18 +22,17 @@ from ..types import (
     ModelResult,
     Pricing,
     RunResult,
+    StepRecord,
     StopReason,
     Usage,
 )
 from . import deciding, stopping
 from . import wrap_up as wrapping
 from .driver import Driver
-from .steps import (
-    model_failure_step,
-)
+from .steps import model_failure_step, model_failures_in_a_row
 from .text import clean_error, clean_reply
 
-__all__ = ["attempt_cost", "delta", "error_info", "model_phase"]
+__all__ = ["attempt_cost", "delta", "error_info", "failed", "model_phase"]
 
 log = logging.getLogger("polyloop")
 
@@ -152,7 +151,7 @@ async def model_phase(
             step = model_failure_step(step_idx, prompt_chars, wall, replaced)
             if wrap_up is not None:
                 return await wrapping.failed(d, wrap_up, step, info.detail(attempt))
-            return await d._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
+            return await failed(d, step, info.detail(attempt))
         latency = (clock.monotonic() - t) * 1000
         reply, bad = clean_reply(reply)  # before anything records or reads it
         call_id = reply.call_id or intent_id
@@ -173,6 +172,22 @@ async def model_phase(
         return await deciding.decide(
             d, step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
         )
+
+
+async def failed(d: Driver, step: StepRecord, detail: str) -> RunResult | None:
+    """The step of a model call that failed after the retry policy (its ``model_failure``
+    durable): with the end record ``llm_error`` when it makes
+    ``max_consecutive_model_failures`` such steps in a row, else appended (it adds nothing to
+    the conversation) and the run goes on at A. Live and on resume alike: the count is read
+    from the steps at the end of the trajectory."""
+    st = d.state
+    limit = st.limits.max_consecutive_model_failures
+    in_a_row = 1 + model_failures_in_a_row(st.steps, limit - 1)
+    reason = stopping.after_model_failure(st.limits, in_a_row)
+    if reason is not None:
+        return await d._end(reason, detail, step=step)
+    await d._append_step((), step, None, 0)
+    return None
 
 
 def delta(d: Driver, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:

@@ -11,7 +11,9 @@ Each iteration asks, in this order:
   previous one, so a run that completes on its last allowed step is ``task_completed``:
   steps, actions, tokens, cost, active time, in that order.
 * B. :func:`context_overflows` — no step and no intent are written for this stop.
-* C. a model failure is always ``llm_error`` (:data:`MODEL_FAILED`).
+* C. :func:`after_model_failure` — a step whose model call failed after the retry policy is
+  ``llm_error`` (:data:`MODEL_FAILED`) when it makes ``max_consecutive_model_failures``
+  such steps in a row (1 by default: every one); below that the run goes back to A.
 * D. :func:`after_invalid` — this branch skips the completion check.
 * E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`), or ``escalated``
   (:data:`HANDED_OVER`) when a run-end guard raised ``Escalate``.
@@ -44,6 +46,7 @@ __all__ = [
     "admit",
     "after_action",
     "after_invalid",
+    "after_model_failure",
     "context_overflows",
     "failure_repeated",
     "failure_signals",
@@ -94,6 +97,13 @@ def context_overflows(limits: Limits, prompt_chars: int) -> StopReason | None:
     """B. The prompt is never truncated silently: too large ends the run."""
     if limits.max_prompt_chars is not None and prompt_chars > limits.max_prompt_chars:
         return StopReason.context_overflow
+    return None
+
+
+def after_model_failure(limits: Limits, failed_in_a_row: int) -> StopReason | None:
+    """C. ``failed_in_a_row`` counts this step and the model-failure steps right before it."""
+    if failed_in_a_row >= limits.max_consecutive_model_failures:
+        return MODEL_FAILED
     return None
 
 
