@@ -135,3 +135,26 @@ async def test_a_replay_policy_that_fails_ends_env_error_before_the_action_runs(
     async with every_journal() as journal:
         again = await Loop(FunctionModel(script), environment=env, journal=journal).resume("r")
     assert again.steps == r.steps and env.executed == []
+
+
+async def test_a_needs_approval_that_raises_ends_env_error_before_the_action_runs(
+    every_journal: OpenJournal,
+) -> None:
+    env = CustomEnvironment(_done)
+
+    def needs_approval(action: Action) -> bool:
+        raise RuntimeError("approval table missing")
+
+    env.needs_approval = needs_approval  # type: ignore[attr-defined]
+    async with every_journal() as journal:
+        loop = Loop(FunctionModel(script), environment=env, journal=journal, clock=FakeClock())
+        r = await loop.run("go", run_id="r")
+        _, records = await journal.read("r")
+    assert env.executed == []
+    assert r.stop_reason == StopReason.env_error and r.steps_used == 1
+    assert r.stop_detail == (
+        "RuntimeError: approval table missing (raised by the environment's needs_approval()); "
+        "the action was not executed"
+    )
+    assert r.steps[0].observation == r.stop_detail
+    assert [x.kind for x in records[-3:]] == ["model_result", "step", "end"]

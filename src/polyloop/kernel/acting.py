@@ -221,9 +221,11 @@ async def reconciled(d: Driver, sc: StepCtx) -> Outcome | None:
         if not inspect.isawaitable(checked):
             raise not_awaitable(checked, "reconcile")
         outcome = await checked
+    except MalformedValue as exc:
+        return env_failed(exc, "reconcile")
     except OutcomeUnknown:
         raise
-    except Exception as exc:  # it broke its contract, failed, or has a bug: still unknown
+    except Exception as exc:  # it failed, or has a bug: whether the action happened is unknown
         return env_raised(d, exc, "reconcile", NOT_KNOWN)
     if outcome is not None and not isinstance(outcome, Outcome):
         return env_failed(not_an_outcome(outcome, none_ok=True), "reconcile")
