@@ -190,8 +190,11 @@ class Loop:
 
         After a crash, a cancellation or a detach: every step whose record was written is in
         the journal; an action in flight may or may not have happened, and resume decides by
-        its replay policy. Any other exception propagates with no end record, and the run can
-        be resumed.
+        its replay policy. An exception from the environment (its ``execute``, ``reconcile``,
+        ``replay_policy`` or ``needs_approval``) does not propagate: the step is recorded
+        ``env_error`` with the exception's type and message, and the run ends ``env_error``
+        (see :class:`polyloop.seams.Environment`). Any other exception propagates with no end
+        record, and the run can be resumed.
         """
         if not isinstance(goal, str):
             raise TypeError(f"goal must be a str, got {type(goal).__name__}")

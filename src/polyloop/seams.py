@@ -100,7 +100,17 @@ class Environment(Protocol):
     environment itself is broken (the kernel records ``env_error``). An environment that
     breaks the Outcome contract (returns something else, or raises ``MalformedValue`` building
     its Outcome, in ``execute`` or ``reconcile``) is recorded as ``env_error`` too, with the
-    validation message; any other exception propagates. If it is cancelled or the
+    validation message. Any other exception (an ``Exception``: a bug in the environment) from
+    ``execute``, ``reconcile``, ``replay_policy`` or ``needs_approval`` is recorded the same
+    way, never propagated: the step is written with ``action_status = env_error`` and the
+    synthetic observation ``"<ExceptionType>: <message>"`` (for a method other than
+    ``execute``, naming it and saying that the action was not executed, or for ``reconcile``
+    that whether it happened is not known), the traceback goes to the ``polyloop`` log, and
+    the run ends ``env_error`` with that text as ``stop_detail``, in one transaction with the
+    step. An ``execute`` that raised was called: its action result is journaled (it may have
+    acted), so no resume runs it again. A ``replay_policy`` or ``needs_approval`` that raised
+    leaves no action intent (nothing ran). ``asyncio.CancelledError``, ``KeyboardInterrupt``
+    and ``SystemExit`` still propagate. If it is cancelled or the
     process dies mid-call, the action may or may not have happened, and there is no way to know
     which: ``replay_policy`` tells resume what to do about that, and ``reconcile`` (for the
     ``reconcile`` policy) asks the environment whether the action with this ``ctx.op_id``

@@ -2,7 +2,7 @@
 seams (layout.md rule 2); ``polyloop.Loop`` wires the adapters around it."""
 
 from .core import Kernel
+from .driver import KernelConfig
 from .ids import new_id
-from .run import KernelConfig
 
 __all__ = ["Kernel", "KernelConfig", "new_id"]

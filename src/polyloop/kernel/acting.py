@@ -11,7 +11,6 @@ import inspect
 import json
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from ..types import (
     Action,
@@ -36,6 +35,7 @@ from ..types import (
     ToolContext,
 )
 from . import eager, guarding, liveness, stopping
+from .driver import Driver, StepCtx
 from .report import build_report
 from .requests import pending_action
 from .steps import (
@@ -44,18 +44,20 @@ from .steps import (
 )
 from .text import clean_outcome
 
-if TYPE_CHECKING:
-    from .run import RunDriver, StepCtx
-
 __all__ = [
+    "NOT_KNOWN",
+    "NOT_RUN",
     "act",
+    "as_policy",
     "end_unknown",
     "env_detail",
     "env_failed",
+    "env_raised",
     "execute",
     "handed_over",
     "not_an_outcome",
     "not_awaitable",
+    "not_started",
     "reconciled",
     "replay_action",
     "result_record",
@@ -86,17 +88,56 @@ def self_cancelled() -> Outcome:
     return Outcome(ActionStatus.env_error, text, synthetic=True, failure=failure)
 
 
-def env_failed(exc: EnvironmentFailure | MalformedValue, method: str = "execute") -> Outcome:
-    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``) or
+NOT_RUN = "; the action was not executed"
+"""What :func:`env_failed` adds for a method that failed before the action started."""
+NOT_KNOWN = "; whether the action happened is not known"
+"""What :func:`env_failed` adds for ``reconcile``: the action's outcome is still unknown."""
+
+
+def env_failed(exc: Exception, method: str = "execute", then: str = "") -> Outcome:
+    """The ``env_error`` outcome of an environment that failed (``EnvironmentFailure``),
     broke its contract in ``method`` (``MalformedValue``: raised while it built its Outcome, or
-    made by :func:`not_an_outcome`): the error is the synthetic observation and the stop
-    detail, so the step is written and the run ends ``env_error`` instead of crashing."""
+    made by :func:`not_an_outcome`), or raised any other exception (:func:`env_raised`): the
+    error, ``<ErrorClass>: <message>`` (naming ``method`` when it is not ``execute``) with
+    ``then`` added, is the synthetic observation and the stop detail, so the step is written
+    and the run ends ``env_error`` instead of crashing."""
     name = type(exc).__name__
-    message = str(exc)
+    message = str(exc) or "(no message)"
     if isinstance(exc, MalformedValue):
         message = f"the environment's {method}() broke its contract: {message}"
+    elif method != "execute":
+        message = f"{message} (raised by the environment's {method}())"
+    message += then
     failure = Failure(error_type=name, message=message)
     return Outcome(ActionStatus.env_error, f"{name}: {message}", synthetic=True, failure=failure)
+
+
+def env_raised(d: Driver, exc: Exception, method: str, then: str = "") -> Outcome:
+    """The ``env_error`` outcome of an environment whose ``method`` raised ``exc`` (design
+    0004, 决策三 F: the step is recorded whatever the environment does): :func:`env_failed`'s,
+    with the traceback of an exception the seam does not name (a bug) in the log. Only
+    ``Exception``: cancellation, ``KeyboardInterrupt`` and ``SystemExit`` propagate."""
+    if not isinstance(exc, EnvironmentFailure | MalformedValue):
+        log.error(
+            "run %s: the environment's %s() raised %s; the step is recorded env_error",
+            d.run_id,
+            method,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+    return env_failed(exc, method, then)
+
+
+def as_policy(value: object) -> ReplayPolicy:
+    """A replay policy a custom environment gave as a str.
+
+    Raises:
+        MalformedValue: it is not one of the policies' names.
+    """
+    try:
+        return ReplayPolicy(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise MalformedValue(f"it returned {value!r}, not a ReplayPolicy") from None
 
 
 def not_an_outcome(value: object, *, none_ok: bool = False) -> MalformedValue:
@@ -129,23 +170,24 @@ def env_detail(outcome: Outcome) -> str:
     return outcome.observation
 
 
-async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
+async def replay_action(d: Driver, sc: StepCtx) -> RunResult | None:
     """An action intent without a result: obey its replay policy."""
     intent = sc.intent
     policy = intent.replay_policy
     name = intent.action.tool_name
-    if (
-        name is not None
-        and not intent.known_tool
-        and policy is ReplayPolicy.idempotent
-        and d.cfg.environment.replay_policy(intent.action) is not ReplayPolicy.idempotent
-    ):
-        # The environment did not know the tool when the action was decided (it gave an
-        # unknown tool's policy, 'idempotent': doing it again only says not_executed), and
-        # knows it now with another policy: it was never executed, and running it now would
-        # be a step the run never had.
-        refused = Outcome(ActionStatus.not_executed, unknown_then(name), synthetic=True)
-        return await settle(d, sc, result_record(d, sc, refused, 0.0))
+    if name is not None and not intent.known_tool and policy is ReplayPolicy.idempotent:
+        try:
+            now = d.cfg.environment.replay_policy(intent.action)
+        except Exception as exc:  # as at decision time: env_error, nothing runs
+            failed = env_raised(d, exc, "replay_policy", NOT_RUN)
+            return await settle(d, sc, result_record(d, sc, failed, 0.0))
+        if now is not ReplayPolicy.idempotent:
+            # The environment did not know the tool when the action was decided (it gave an
+            # unknown tool's policy, 'idempotent': doing it again only says not_executed),
+            # and knows it now with another policy: it was never executed, and running it
+            # now would be a step the run never had.
+            refused = Outcome(ActionStatus.not_executed, unknown_then(name), synthetic=True)
+            return await settle(d, sc, result_record(d, sc, refused, 0.0))
     if intent.known_tool and name is not None and name not in d.tool_names:
         policy = ReplayPolicy.never  # known then, gone now: cannot be replayed
     if policy is ReplayPolicy.never:
@@ -165,7 +207,7 @@ async def replay_action(d: RunDriver, sc: StepCtx) -> RunResult | None:
     return await act(d, sc)
 
 
-async def reconciled(d: RunDriver, sc: StepCtx) -> Outcome | None:
+async def reconciled(d: Driver, sc: StepCtx) -> Outcome | None:
     """The environment's answer whether the action of ``sc`` happened: its Outcome (an
     ``env_error`` one when the hook broke its contract) or None (it did not).
 
@@ -181,12 +223,16 @@ async def reconciled(d: RunDriver, sc: StepCtx) -> Outcome | None:
         outcome = await checked
     except MalformedValue as exc:
         return env_failed(exc, "reconcile")
+    except OutcomeUnknown:
+        raise
+    except Exception as exc:  # it failed, or has a bug: whether the action happened is unknown
+        return env_raised(d, exc, "reconcile", NOT_KNOWN)
     if outcome is not None and not isinstance(outcome, Outcome):
         return env_failed(not_an_outcome(outcome, none_ok=True), "reconcile")
     return outcome
 
 
-async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
+async def act(d: Driver, sc: StepCtx) -> RunResult | None:
     await liveness.keep_lease_margin(d)
     task = d._task
     if task is not None and task.cancelling():
@@ -231,7 +277,7 @@ async def act(d: RunDriver, sc: StepCtx) -> RunResult | None:
 
 
 async def execute(
-    d: RunDriver, action: Action, ctx: ToolContext, done: asyncio.Future[None] | None = None
+    d: Driver, action: Action, ctx: ToolContext, done: asyncio.Future[None] | None = None
 ) -> Outcome | OutcomeUnknown:
     """The environment's call, in the action's task; ``done`` is woken as it ends. The
     ``OutcomeUnknown`` it raised is handed back (to :func:`act`: the run's rule for an action
@@ -245,8 +291,8 @@ async def execute(
         return exc
     except Escalate as exc:
         return handed_over(exc)
-    except (EnvironmentFailure, MalformedValue) as exc:
-        return env_failed(exc)
+    except Exception as exc:  # the step is recorded whatever the environment raised
+        return env_raised(d, exc, "execute")
     finally:
         if done is not None and not done.done():
             done.set_result(None)
@@ -255,13 +301,13 @@ async def execute(
     return outcome
 
 
-def result_record(d: RunDriver, sc: StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
+def result_record(d: Driver, sc: StepCtx, outcome: Outcome, latency_ms: float) -> ActionResult:
     """The result record of the outcome the environment gave, its text cleaned first."""
     outcome, bad = clean_outcome(outcome)
     return ActionResult(sc.step_idx, sc.intent.op_id, outcome, latency_ms, bad)
 
 
-def step_record(d: RunDriver, sc: StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
+def step_record(d: Driver, sc: StepCtx, result: ActionResult) -> tuple[StepRecord, int]:
     """The step of an action whose outcome arrived (counting it if executed), and
     PolyLoop's cut of its observation."""
     st = d.state
@@ -279,7 +325,7 @@ def step_record(d: RunDriver, sc: StepCtx, result: ActionResult) -> tuple[StepRe
 
 
 async def settle(
-    d: RunDriver, sc: StepCtx, result: ActionResult, *, durable: bool = False
+    d: Driver, sc: StepCtx, result: ActionResult, *, durable: bool = False
 ) -> RunResult | None:
     """G for the action of ``sc`` and its ``result`` (made by :meth:`_result`, or read
     from the journal: ``durable``, then it is not written again)."""
@@ -345,7 +391,22 @@ async def settle(
     return None
 
 
-async def unknown_reported(d: RunDriver, sc: StepCtx, exc: OutcomeUnknown) -> RunResult | None:
+async def not_started(
+    d: Driver, sc: StepCtx, outcome: Outcome, first: tuple[Record, ...]
+) -> RunResult:
+    """End the run with the ``env_error`` step of an action whose environment failed before
+    it started (``replay_policy`` or ``needs_approval`` raised): no action intent or result is
+    written (nothing ran, so a resume has nothing to decide about), the step and the end
+    record in one transaction with the model result ``first``."""
+    result = result_record(d, sc, outcome, 0.0)
+    step, cut = step_record(d, sc, result)
+    reason = stopping.after_action(result.outcome)
+    assert reason is not None  # an env_error outcome ends the run
+    detail = env_detail(result.outcome)
+    return await d._end(reason, detail, records=first, step=step, reply=sc.reply, cut=cut)
+
+
+async def unknown_reported(d: Driver, sc: StepCtx, exc: OutcomeUnknown) -> RunResult | None:
     """A live execution of the action of ``sc`` raised ``OutcomeUnknown``: the rule resume
     applies to an action intent without a result, by its replay policy. ``never`` ends the run
     ``resume_state_unknown`` (no step); ``idempotent`` executes it again with the same
@@ -381,12 +442,12 @@ async def unknown_reported(d: RunDriver, sc: StepCtx, exc: OutcomeUnknown) -> Ru
     return await act(d, sc)
 
 
-def _executions(d: RunDriver, n: int) -> str:
+def _executions(d: Driver, n: int) -> str:
     return f"; outcome unknown after {n} executions (retry max_attempts={d.cfg.retry.max_attempts})"
 
 
 async def end_unknown(
-    d: RunDriver,
+    d: Driver,
     intent: ActionIntent,
     policy: ReplayPolicy,
     more: str = "",
@@ -395,5 +456,5 @@ async def end_unknown(
     """End the run ``resume_state_unknown`` naming the action (``more`` added to the detail)."""
     pending = pending_action(intent, policy)
     return await d._end(
-        StopReason.resume_state_unknown, pending.describe() + more, records=records, pending=pending
+        stopping.OUTCOME_UNKNOWN, pending.describe() + more, records=records, pending=pending
     )

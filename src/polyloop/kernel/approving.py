@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from ..types import (
     ActionIntent,
@@ -40,15 +39,13 @@ from ..types import (
     RunResult,
 )
 from . import acting
-
-if TYPE_CHECKING:
-    from .replay import Interrupted
-    from .run import RunDriver, StepCtx
+from .driver import Driver, StepCtx
+from .replay import Interrupted
 
 __all__ = ["awaiting", "park", "required", "resume"]
 
 
-def required(d: RunDriver, sc: StepCtx, requested: ApprovalRequested) -> ApprovalRequired:
+def required(d: Driver, sc: StepCtx, requested: ApprovalRequested) -> ApprovalRequired:
     return awaiting(d.run_id, len(d.state.steps), sc.intent, requested)
 
 
@@ -69,7 +66,7 @@ def awaiting(
     )
 
 
-async def park(d: RunDriver, sc: StepCtx, first: tuple[Record, ...]) -> RunResult:
+async def park(d: Driver, sc: StepCtx, first: tuple[Record, ...]) -> RunResult:
     """Write the intent and its approval request, then park the run (raise)."""
     now = d.cfg.clock.time()
     timeout = d.cfg.approval_timeout_s
@@ -84,7 +81,7 @@ async def park(d: RunDriver, sc: StepCtx, first: tuple[Record, ...]) -> RunResul
     raise required(d, sc, requested)
 
 
-async def resume(d: RunDriver, sc: StepCtx, it: Interrupted) -> RunResult | None:
+async def resume(d: Driver, sc: StepCtx, it: Interrupted) -> RunResult | None:
     """An action intent that awaited approval, without a result (see the module)."""
     assert it.approval is not None
     decision = it.decision

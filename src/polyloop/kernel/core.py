@@ -26,10 +26,11 @@ from ..types import (
     nested_deeper,
 )
 from . import approving
+from .driver import KernelConfig, build_result
 from .ids import new_id
 from .replay import Replayed, replay
 from .requests import default_by, request_end
-from .run import KernelConfig, RunDriver, build_result
+from .run import RunDriver
 
 __all__ = ["Kernel"]
 

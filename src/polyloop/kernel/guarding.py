@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from typing import TYPE_CHECKING
 
 from ..types import (
     ActionResult,
@@ -27,17 +26,15 @@ from ..types import (
     StepRecord,
     clean_text,
 )
+from .driver import Driver, StepCtx
 from .report import build_handover_report
 from .text import clean_escalation
-
-if TYPE_CHECKING:
-    from .run import RunDriver, StepCtx
 
 __all__ = ["check", "handover_report", "judge_completion"]
 
 
 async def check(
-    d: RunDriver,
+    d: Driver,
     step_idx: int,
     answer: str,
     completion: CompletionKind = "final_answer",
@@ -81,7 +78,7 @@ async def check(
 
 
 async def judge_completion(
-    d: RunDriver,
+    d: Driver,
     sc: StepCtx,
     result: ActionResult,
     step: StepRecord,
@@ -124,7 +121,7 @@ async def judge_completion(
 
 
 def handover_report(
-    d: RunDriver, steps: tuple[StepRecord, ...], escalation: Escalation
+    d: Driver, steps: tuple[StepRecord, ...], escalation: Escalation
 ) -> EscalationReport:
     """The report of a run ``escalation`` hands to a person: the evidence and the ledger."""
     st = d.state

@@ -1,161 +1,38 @@
-"""Cancellation, leases and heartbeats (kernel.md §8): the ``cancelled`` end record after an
-in-flight action's grace, and the lease renewed every third of its duration while a run is
-driven."""
+"""Leases and heartbeats (durability.md, "Leases"): the lease renewed every third of its
+duration while a run is driven, and no action started with less than a third of it left."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING
 
-from ..types import (
-    LeaseLost,
-    Outcome,
-    Record,
-    RunEnd,
-    RunEnded,
-    StopReason,
-)
-from . import acting, stopping
-from .requests import pending_action, request_detail
-
-if TYPE_CHECKING:
-    from .run import RunDriver
+from ..types import LeaseLost
+from .driver import Driver
 
 __all__ = [
     "arm_heartbeat",
-    "grace",
     "heartbeat",
     "heartbeat_due",
     "keep_lease_margin",
-    "late_end_write",
-    "on_cancel",
     "stop_heartbeat",
 ]
 
 log = logging.getLogger("polyloop")
 
 
-def late_end_write(run_id: str, write: asyncio.Future[None]) -> None:
-    """How a ``cancelled`` end record that outlived its wait ended."""
-    if write.cancelled():
-        log.warning(
-            "run %s: the wait for the late cancelled end record was cancelled; it may have "
-            "landed (resume tells)",
-            run_id,
-        )
-    elif (exc := write.exception()) is not None:
-        log.warning(
-            "run %s: the late cancelled end record failed (%r); the run stays resumable",
-            run_id,
-            exc,
-        )
-    else:
-        log.info("run %s: the late cancelled end record landed", run_id)
-
-
-async def on_cancel(d: RunDriver) -> None:
-    """Write the ``cancelled`` end record (once), after giving an in-flight action up to
-    ``cancel_grace_s`` to finish. Waits at most ``end_write_timeout_s`` for that write;
-    past it, cancellation proceeds and the write may still land on its own (a journal
-    finishes a write it started); if it never does, the run stays resumable."""
-    if d._ended:
-        return
-    task = d._action_task
-    if task is not None and task.done() and not task.cancelled():
-        exc = task.exception()
-        if exc is not None and not isinstance(exc, Exception):
-            # The action raised KeyboardInterrupt or SystemExit: asyncio let it out of the
-            # event loop, whose shutdown cancels this run. Nobody cancelled the run itself:
-            # no end record, it stays resumable (as for any exception escaping a run).
-            log.warning("run %s: its action raised %r; no end record", d.run_id, exc)
-            return
-    st = d.state
-    records: tuple[Record, ...] = ()
-    detail: str | None = None
-    sc = d._intent_written
-    if sc is not None:
-        outcome = await grace(d)
-        intent = sc.intent
-        if outcome is not None:
-            result = acting.result_record(d, sc, outcome, 0.0)
-            step, cut = acting.step_record(d, sc, result)
-            judged = stopping.after_action(result.outcome) is None
-            seen = st.ledger.observe(
-                sc.step_idx, result.outcome, intent.action.text, st.limits, judged=judged
-            )
-            records = (result, *seen.records, d._add_to_context(step, sc.reply, cut))
-        else:
-            started = d._action_task is not None or sc.resumed  # it may have run
-            pending = pending_action(intent, intent.replay_policy)
-            detail = (
-                f"in-flight action {pending.describe()}: outcome unknown"
-                if started
-                else f"action {pending.describe()}: cancelled before it started"
-            )
-    if d._cancel_sent:  # a cancel request's reason comes first
-        detail = request_detail(d.request, detail)
-    end = RunEnd(
-        StopReason.cancelled,
-        detail,
-        None,
-        len(st.steps),
-        st.actions_executed,
-        d.cfg.clock.time(),
-        totals=st.totals(d._active()),
-    )
-    write = asyncio.ensure_future(d.cfg.journal.append(d.lease, (*records, end)))
-    try:
-        done, _ = await asyncio.wait({write}, timeout=d.cfg.end_write_timeout_s)
-    except asyncio.CancelledError:
-        done = {write} if write.done() else set()
-    if not done or write.cancelled() or write.exception() is not None:
-        exc = None if not done or write.cancelled() else write.exception()
-        log.warning(
-            "run %s: the cancelled end record was not durable in time (%r); it may still "
-            "land (the journal finishes a started write), else the run stays resumable",
-            d.run_id,
-            exc,
-        )
-        if not done:  # say how the write ends, and retrieve its error
-            write.add_done_callback(functools.partial(late_end_write, d.run_id))
-        return
-    d._ended = True
-    st.end = end
-    d._emit(RunEnded(d.run_id, StopReason.cancelled, detail, end.steps_used, end.actions_executed))
-
-
-async def grace(d: RunDriver) -> Outcome | None:
-    task = d._action_task
-    if task is None:
-        return None
-    if not task.done():
-        with contextlib.suppress(asyncio.CancelledError):  # cancelled again: stop waiting
-            await asyncio.wait({task}, timeout=d.cfg.cancel_grace_s)
-    if not task.done():
-        task.cancel()
-        return None
-    if task.cancelled() or task.exception() is not None:
-        return None
-    outcome = task.result()
-    # An execution that reported its outcome unknown (OutcomeUnknown, handed back): none.
-    return outcome if isinstance(outcome, Outcome) else None
-
-
-def arm_heartbeat(d: RunDriver) -> None:
+def arm_heartbeat(d: Driver) -> None:
     loop = asyncio.get_running_loop()
     d._beat = loop.call_later(d.cfg.lease_ttl_s / 3, functools.partial(heartbeat_due, d))
 
 
-def heartbeat_due(d: RunDriver) -> None:
+def heartbeat_due(d: Driver) -> None:
     d._beat = None
     d._renewal = asyncio.ensure_future(heartbeat(d))
 
 
-def stop_heartbeat(d: RunDriver) -> None:
+def stop_heartbeat(d: Driver) -> None:
     if d._beat is not None:
         d._beat.cancel()
         d._beat = None
@@ -164,7 +41,7 @@ def stop_heartbeat(d: RunDriver) -> None:
         d._renewal = None
 
 
-async def heartbeat(d: RunDriver) -> None:
+async def heartbeat(d: Driver) -> None:
     ttl = d.cfg.lease_ttl_s
     try:
         d.lease = await d.cfg.journal.renew(d.lease, ttl_s=ttl)
@@ -181,7 +58,7 @@ async def heartbeat(d: RunDriver) -> None:
         arm_heartbeat(d)
 
 
-async def keep_lease_margin(d: RunDriver) -> None:
+async def keep_lease_margin(d: Driver) -> None:
     """No action starts with less than a third of the lease left."""
     ttl = d.cfg.lease_ttl_s
     if d.lease.expires_at - time.time() < ttl / 3:

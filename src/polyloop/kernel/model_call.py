@@ -7,10 +7,8 @@ import asyncio
 import functools
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from ..types import (
-    ConfigError,
     ErrorInfo,
     ModelAttemptFailed,
     ModelCallError,
@@ -24,20 +22,17 @@ from ..types import (
     ModelResult,
     Pricing,
     RunResult,
+    StepRecord,
     StopReason,
     Usage,
 )
-from . import stopping
+from . import deciding, stopping
 from . import wrap_up as wrapping
-from .steps import (
-    model_failure_step,
-)
+from .driver import Driver
+from .steps import model_failure_step, model_failures_in_a_row
 from .text import clean_error, clean_reply
 
-if TYPE_CHECKING:
-    from .run import RunDriver
-
-__all__ = ["attempt_cost", "delta", "error_info", "model_phase", "pricing_of"]
+__all__ = ["attempt_cost", "delta", "error_info", "failed", "model_phase"]
 
 log = logging.getLogger("polyloop")
 
@@ -53,14 +48,6 @@ def error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
     return clean_error(info)
 
 
-def pricing_of(model: object) -> Pricing | None:
-    """A model's ``pricing`` attribute (optional; a ``Pricing`` or None)."""
-    pricing = getattr(model, "pricing", None)
-    if pricing is not None and not isinstance(pricing, Pricing):
-        raise ConfigError(f"{model!r}.pricing must be a polyloop.Pricing or None, got {pricing!r}")
-    return pricing
-
-
 def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
     """An attempt's cost: the provider's reported cost, else its tokens at ``pricing``."""
     if usage is None:
@@ -71,7 +58,7 @@ def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
 
 
 async def model_phase(
-    d: RunDriver,
+    d: Driver,
     step_idx: int,
     t0: float,
     prompt_chars: int,
@@ -91,7 +78,7 @@ async def model_phase(
     run given fewer models asks its last); ``wrap_up``: the budget that ends the run, for
     the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`);
     ``written``: the first attempt's model intent is durable already (written with the step
-    before it: ``RunDriver._next_intent``); ``shown``: an earlier attempt of this step showed
+    before it: ``Driver._next_intent``); ``shown``: an earlier attempt of this step showed
     partial output (``ModelDelta`` events), so the step never falls back to another model."""
     cfg = d.cfg
     clock = cfg.clock
@@ -146,10 +133,10 @@ async def model_phase(
             partial = d._partial
             shown = shown or partial
             if info.retryable and cfg.retry.allows_retry(failures, info.retry_after):
-                failed = ModelAttemptFailed(
+                retried = ModelAttemptFailed(
                     step_idx, intent_id, attempt, info, latency, bad, partial_shown=partial
                 )
-                await d._write((failed,))
+                await d._write((retried,))
                 await clock.sleep(cfg.retry.backoff_s(failures, info.retry_after, random.random()))
                 attempt += 1
                 continue
@@ -170,7 +157,7 @@ async def model_phase(
             step = model_failure_step(step_idx, prompt_chars, wall, replaced)
             if wrap_up is not None:
                 return await wrapping.failed(d, wrap_up, step, info.detail(attempt))
-            return await d._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
+            return await failed(d, step, info.detail(attempt))
         latency = (clock.monotonic() - t) * 1000
         reply, bad = clean_reply(reply)  # before anything records or reads it
         call_id = reply.call_id or intent_id
@@ -180,7 +167,7 @@ async def model_phase(
             d._emit(
                 ModelCallFinished(d.run_id, step_idx, intent_id, attempt, call_id, latency, None)
             )
-        # The result is written with the first record that acts on it (see _decide).
+        # The result is written with the first record that acts on it (see deciding.decide).
         result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad, cost)
         st.count_result(result)
         if wrap_up is not None:
@@ -188,12 +175,28 @@ async def model_phase(
                 d, wrap_up, step_idx, t0, prompt_chars, reply, call_id, (result,),
                 replaced + bad, name,
             )  # fmt: skip
-        return await d._decide(
-            step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
+        return await deciding.decide(
+            d, step_idx, t0, prompt_chars, reply, call_id, result, replaced + bad, name
         )
 
 
-def delta(d: RunDriver, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
+async def failed(d: Driver, step: StepRecord, detail: str) -> RunResult | None:
+    """The step of a model call that failed after the retry policy (its ``model_failure``
+    durable): with the end record ``llm_error`` when it makes
+    ``max_consecutive_model_failures`` such steps in a row, else appended (it adds nothing to
+    the conversation) and the run goes on at A. Live and on resume alike: the count is read
+    from the steps at the end of the trajectory."""
+    st = d.state
+    limit = st.limits.max_consecutive_model_failures
+    in_a_row = 1 + model_failures_in_a_row(st.steps, limit - 1)
+    reason = stopping.after_model_failure(st.limits, in_a_row)
+    if reason is not None:
+        return await d._end(reason, detail, step=step)
+    await d._append_step((), step, None, 0)
+    return None
+
+
+def delta(d: Driver, step_idx: int, intent_id: str, attempt: int, kind: str, text: str) -> None:
     """A streaming adapter's ``on_delta``: one ModelDelta event."""
     d._partial = True
     d._emit(ModelDelta(d.run_id, step_idx, intent_id, attempt, kind, text))

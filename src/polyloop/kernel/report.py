@@ -16,11 +16,11 @@ from ..types import (
     ReportHook,
     RoundEntry,
     StepRecord,
-    StopReason,
     clean_text,
     detect_pattern,
     text_nested_deeper,
 )
+from . import stopping
 from .decision import decide
 from .ledger import Ledger
 
@@ -134,7 +134,7 @@ def build_report(
     )
     report = EscalationReport(
         run_id=run_id,
-        stop_reason=StopReason.repeated_failure.value,
+        stop_reason=stopping.REPEATED_FAILURE.value,
         stopped_at_step=last,
         limit=limits.same_failure_limit or 0,
         pattern=pattern,
@@ -186,7 +186,7 @@ def build_handover_report(
         loop = build_report(run_id, steps, ledger, limits, ())
         report = dataclasses.replace(
             loop,
-            stop_reason=StopReason.escalated.value,
+            stop_reason=stopping.HANDED_OVER.value,
             stopped_at_step=last,
             question=question,
             why=why,
@@ -196,7 +196,7 @@ def build_handover_report(
     else:
         report = EscalationReport(
             run_id=run_id,
-            stop_reason=StopReason.escalated.value,
+            stop_reason=stopping.HANDED_OVER.value,
             stopped_at_step=last,
             limit=limits.same_failure_limit or 0,
             pattern="none",

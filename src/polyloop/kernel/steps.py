@@ -6,6 +6,8 @@ whose reply the step holds (``seams.model_name``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..types import (
     Action,
     ModelReply,
@@ -19,6 +21,7 @@ __all__ = [
     "final_answer_step",
     "invalid_step",
     "model_failure_step",
+    "model_failures_in_a_row",
     "observation_cut",
 ]
 
@@ -43,6 +46,17 @@ def model_failure_step(
         step_wall_ms=wall_ms,
         replaced_chars=replaced_chars,
     )
+
+
+def model_failures_in_a_row(steps: Sequence[StepRecord], most: int) -> int:
+    """The model-failure steps (C: ``llm_call_id`` None) at the end of ``steps``, counted up
+    to ``most`` (so the work is bounded by the limit, never the history)."""
+    n = 0
+    for step in reversed(steps):
+        if n >= most or step.llm_call_id is not None:
+            break
+        n += 1
+    return n
 
 
 def _reply_fields(reply: ModelReply) -> tuple[str, int, int]:

@@ -11,15 +11,25 @@ Each iteration asks, in this order:
   previous one, so a run that completes on its last allowed step is ``task_completed``:
   steps, actions, tokens, cost, active time, in that order.
 * B. :func:`context_overflows` — no step and no intent are written for this stop.
-* C. a model failure is always ``llm_error`` (:data:`MODEL_FAILED`).
+* C. :func:`after_model_failure` — a step whose model call failed after the retry policy is
+  ``llm_error`` (:data:`MODEL_FAILED`) when it makes ``max_consecutive_model_failures``
+  such steps in a row (1 by default: every one); below that the run goes back to A.
 * D. :func:`after_invalid` — this branch skips the completion check.
 * E. a final answer is ``agent_finished`` (:data:`FINAL_ANSWER`), or ``escalated``
   (:data:`HANDED_OVER`) when a run-end guard raised ``Escalate``.
+* F, on resume or when a live execution raised ``OutcomeUnknown``: an action whose outcome is
+  not known and that its replay policy forbids running (again) is ``resume_state_unknown``
+  (:data:`OUTCOME_UNKNOWN`).
 * F/G. :func:`after_action` — ``env_error`` first, then a tool's ``Escalate``, then
   completion; ``not_executed`` never completes, and ``completed=False`` forever is normal;
   then :func:`failure_repeated`, the
   failure guard (its signals: :func:`failure_signals`), so a completed run is never stopped
   by it.
+* Any time: a cancellation of the task driving the run ends it ``cancelled``
+  (:data:`CANCELLED`, kernel.md §8), once an action in flight had its grace.
+
+The other kernel modules carry an end out (write the step and the end record); none of them
+names a reason itself (tests/unit/test_kernel_stop_reasons.py holds them to it).
 """
 
 from __future__ import annotations
@@ -27,12 +37,16 @@ from __future__ import annotations
 from ..types import ActionStatus, EndRequest, Limits, Outcome, StopReason
 
 __all__ = [
+    "CANCELLED",
     "FINAL_ANSWER",
     "HANDED_OVER",
     "MODEL_FAILED",
+    "OUTCOME_UNKNOWN",
+    "REPEATED_FAILURE",
     "admit",
     "after_action",
     "after_invalid",
+    "after_model_failure",
     "context_overflows",
     "failure_repeated",
     "failure_signals",
@@ -42,6 +56,9 @@ __all__ = [
 MODEL_FAILED = StopReason.llm_error
 FINAL_ANSWER = StopReason.agent_finished
 HANDED_OVER = StopReason.escalated
+OUTCOME_UNKNOWN = StopReason.resume_state_unknown
+CANCELLED = StopReason.cancelled
+REPEATED_FAILURE = StopReason.repeated_failure
 
 
 def requested(request: EndRequest | None) -> StopReason | None:
@@ -80,6 +97,13 @@ def context_overflows(limits: Limits, prompt_chars: int) -> StopReason | None:
     """B. The prompt is never truncated silently: too large ends the run."""
     if limits.max_prompt_chars is not None and prompt_chars > limits.max_prompt_chars:
         return StopReason.context_overflow
+    return None
+
+
+def after_model_failure(limits: Limits, failed_in_a_row: int) -> StopReason | None:
+    """C. ``failed_in_a_row`` counts this step and the model-failure steps right before it."""
+    if failed_in_a_row >= limits.max_consecutive_model_failures:
+        return MODEL_FAILED
     return None
 
 
@@ -122,4 +146,4 @@ def failure_signals(
 
 def failure_repeated(signals: tuple[str, ...]) -> StopReason | None:
     """G: a failure signal fired (:func:`failure_signals`)."""
-    return StopReason.repeated_failure if signals else None
+    return REPEATED_FAILURE if signals else None

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..types import (
     Action,
@@ -43,43 +42,33 @@ from ..types import (
     StepRecord,
     StopReason,
 )
-from . import model_call as calling
 from . import stopping
-from .ids import new_id
-from .replay import Interrupted
-from .steps import action_step, final_answer_step, invalid_step, model_failure_step
+from .driver import Driver
+from .steps import action_step, final_answer_step, invalid_step
 from .text import clean_action, clean_decision
 
-if TYPE_CHECKING:
-    from .run import RunDriver
-
-__all__ = ["begin", "decide", "failed", "request", "resume"]
+__all__ = ["decide", "failed", "message", "prompt_chars", "request"]
 
 
 def _budget(reason: StopReason) -> str:
     return str(reason).replace("_", " ")
 
 
-def message(d: RunDriver, reason: StopReason) -> str:
+def message(d: Driver, reason: StopReason) -> str:
     return d.cfg.wrap_up_prompt.format(budget=_budget(reason))
 
 
-async def begin(d: RunDriver, reason: StopReason) -> RunResult:
-    """A found ``reason``: make the wrap-up call, or end at once if its prompt is too big."""
-    st = d.state
-    prompt_chars = d.context.prompt_chars + len(message(d, reason))
-    if stopping.context_overflows(st.limits, prompt_chars) is not None:
-        return await d._end(reason)
-    t0 = d.cfg.clock.monotonic()
-    result = await calling.model_phase(
-        d, len(st.steps), t0, prompt_chars, new_id(), 1, 0, wrap_up=reason
-    )
-    assert result is not None  # a wrap-up always ends the run
-    return result
+def prompt_chars(d: Driver, reason: StopReason) -> int | None:
+    """The wrap-up call's prompt size, when A found ``reason``; None when it does not fit
+    ``max_prompt_chars`` (the run then just ends)."""
+    size = d.context.prompt_chars + len(message(d, reason))
+    if stopping.context_overflows(d.state.limits, size) is not None:
+        return None
+    return size
 
 
 def request(
-    d: RunDriver,
+    d: Driver,
     step_idx: int,
     attempt: int,
     reason: StopReason,
@@ -92,13 +81,13 @@ def request(
     return ModelRequest(d.run_id, step_idx, attempt, messages, d.tool_specs, on_delta, "none")
 
 
-async def failed(d: RunDriver, reason: StopReason, step: StepRecord, detail: str) -> RunResult:
+async def failed(d: Driver, reason: StopReason, step: StepRecord, detail: str) -> RunResult:
     step = dataclasses.replace(step, wrap_up=True)
     return await d._end(reason, f"the wrap-up call failed: {detail}", step=step)
 
 
 async def decide(
-    d: RunDriver,
+    d: Driver,
     reason: StopReason,
     step_idx: int,
     t0: float,
@@ -114,7 +103,7 @@ async def decide(
     try:
         decision = d.cfg.interpreter.interpret(reply, ())
     except Exception:
-        if first:  # the reply is durable before the error propagates, as in _decide
+        if first:  # the reply is durable before the error propagates, as in deciding.decide
             await d._write(first)
         raise
     wall = (d.cfg.clock.monotonic() - t0) * 1000
@@ -145,29 +134,3 @@ async def decide(
         raise TypeError(f"the interpreter returned {decision!r}, not a Decision")
     step = dataclasses.replace(step, wrap_up=True)
     return await d._end(reason, final_answer=answer, records=first, step=step, reply=reply)
-
-
-async def resume(d: RunDriver, it: Interrupted, t0: float) -> RunResult:
-    """Finish a wrap-up a crash interrupted, with the budget its intent names."""
-    reason = it.wrap_up
-    assert reason is not None
-    prompt_chars = d.context.prompt_chars + len(message(d, reason))
-    if it.failure is not None:
-        step = model_failure_step(it.step_idx, prompt_chars, 0.0, it.replaced)
-        return await failed(d, reason, step, it.failure.error.detail(it.failure.attempt))
-    if it.result is not None:
-        return await decide(
-            d,
-            reason,
-            it.step_idx,
-            t0,
-            prompt_chars,
-            it.result.reply,
-            it.result.llm_call_id,
-            (),
-            it.replaced,
-            it.model,
-        )
-    result = await d._call_again(it, t0, prompt_chars, reason)
-    assert result is not None
-    return result

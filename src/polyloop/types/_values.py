@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeAlias
 
 from ._enums import ActionStatus
@@ -630,6 +630,7 @@ _ADDED_LIMITS = (
     "max_tokens",
     "max_cost",
     "max_seconds",
+    "max_consecutive_model_failures",
 )
 
 
@@ -678,6 +679,14 @@ class Limits:
     """Seconds the run was active: wall time while a process drove it, summed over its
     executions and resumes (``time_budget``). Parked or detached time does not count; of a
     crashed execution, the time after its last journaled step does not either."""
+    max_consecutive_model_failures: int = 1
+    """Steps in a row whose model call failed after the retry policy that end the run
+    ``llm_error``. 1 (the default): the first such step does (kernel.md §6 C). With N > 1, a
+    failed step is recorded (a model-failure step: ``llm_call_id`` None) and the next iteration
+    calls the model again, from A, so ``max_steps`` still bounds it; a step whose model call
+    succeeded resets the count. A failed step adds nothing to the conversation: the next call
+    is sent the same messages. Resume counts the model-failure steps at the end of the
+    trajectory."""
 
     def __post_init__(self) -> None:
         _check_limit("max_steps", self.max_steps, optional=False)
@@ -691,6 +700,9 @@ class Limits:
         _check_amount("max_seconds", self.max_seconds)
         _check_limit("no_progress_rounds", self.no_progress_rounds, optional=True)
         _check_limit("spreading_rounds", self.spreading_rounds, optional=True)
+        _check_limit(
+            "max_consecutive_model_failures", self.max_consecutive_model_failures, optional=False
+        )
         known = self.known_failures
         if type(known) is not tuple:
             if isinstance(known, str) or not isinstance(known, Sequence):
@@ -715,14 +727,15 @@ class Limits:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the limits: the first six always, those added since (the
-        failure guard's, the token, cost and time budgets) only when set, so a run that sets
-        none of them stores what older readers read."""
+        failure guard's, the token, cost and time budgets, ``max_consecutive_model_failures``)
+        only when not their default, so a run that sets none of them stores what older
+        readers read."""
         d: dict[str, Any] = {
             name: getattr(self, name) for name in self.__slots__ if name not in _ADDED_LIMITS
         }
         for name in _ADDED_LIMITS:
             value = getattr(self, name)
-            if value:
+            if value != _ADDED_DEFAULTS[name]:
                 d[name] = list(value) if isinstance(value, tuple) else value
         return d
 
@@ -733,6 +746,9 @@ class Limits:
         if unknown:
             raise ConfigError(f"unknown limits {sorted(unknown)}")
         return cls(**data)
+
+
+_ADDED_DEFAULTS = {f.name: f.default for f in fields(Limits) if f.name in _ADDED_LIMITS}
 
 
 @dataclass(frozen=True, slots=True)
