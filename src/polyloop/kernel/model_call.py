@@ -4,6 +4,7 @@ the retry policy, a FallbackModel's next model, streamed deltas, the attempt's u
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import random
@@ -26,6 +27,7 @@ from ..types import (
     RunResult,
     StopReason,
     Usage,
+    usage_refusal,
 )
 from . import stopping
 from . import wrap_up as wrapping
@@ -37,7 +39,7 @@ from .text import clean_error, clean_reply
 if TYPE_CHECKING:
     from .run import RunDriver
 
-__all__ = ["attempt_cost", "delta", "error_info", "model_phase", "pricing_of"]
+__all__ = ["attempt_cost", "delta", "error_info", "model_phase", "pricing_of", "refuse_usage"]
 
 log = logging.getLogger("polyloop")
 
@@ -59,6 +61,22 @@ def pricing_of(model: object) -> Pricing | None:
     if pricing is not None and not isinstance(pricing, Pricing):
         raise ConfigError(f"{model!r}.pricing must be a polyloop.Pricing or None, got {pricing!r}")
     return pricing
+
+
+def refuse_usage(
+    run_id: str, step_idx: int, attempt: int, reply: ModelReply, refused: str
+) -> ModelReply:
+    """``reply`` with its usage recorded as not reported: a usage that cannot be believed is
+    refused (``Usage``), so it never lowers a total or switches a budget off."""
+    log.warning(
+        "run %s step %d attempt %d: refused the reported usage (%s); the attempt counts as "
+        "usage not reported (usage_missing)",
+        run_id,
+        step_idx,
+        attempt,
+        refused,
+    )
+    return dataclasses.replace(reply, usage=None)
 
 
 def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
@@ -167,6 +185,8 @@ async def model_phase(
             return await d._end(stopping.MODEL_FAILED, info.detail(attempt), step=step)
         latency = (clock.monotonic() - t) * 1000
         reply, bad = clean_reply(reply)  # before anything records or reads it
+        if reply.usage is not None and (refused := usage_refusal(reply.usage)) is not None:
+            reply = refuse_usage(d.run_id, step_idx, attempt, reply, refused)
         call_id = reply.call_id or intent_id
         st = d.state
         cost = attempt_cost(reply.usage, d._pricing[tier])

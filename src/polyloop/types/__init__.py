@@ -1,5 +1,6 @@
 """PolyLoop's value types: no I/O, no imports from the rest of PolyLoop (layout.md rule 1)."""
 
+from ._checks import check_number, usage_refusal
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import (
     AlreadyDecided,
@@ -202,6 +203,7 @@ __all__ = [
     "Usage",
     "Verdict",
     "canonical_json",
+    "check_number",
     "clean_json",
     "clean_text",
     "detect_pattern",
@@ -212,4 +214,5 @@ __all__ = [
     "record_from_dict",
     "record_json",
     "record_to_dict",
+    "usage_refusal",
 ]
