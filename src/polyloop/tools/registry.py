@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import pydantic
 
-from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec
+from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec, check_number
 
 from ._docstrings import arg_descriptions, summary
 from ._threads import in_thread
@@ -347,14 +347,9 @@ class ToolRegistry:
                 "pass name=... to register this one under another name"
             )
         policy = _replay_policy(where, replay, reconcile)
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, int | float)
-            or not timeout_s > 0
-        ):
-            raise ConfigError(
-                f"{where}: timeout_s must be a number of seconds > 0, got {timeout_s!r}"
-            )
+        check_number(
+            f"{where}: timeout_s", timeout_s, above=True, none="no limit", unit=" of seconds"
+        )
         _check_approval(where, approval)
         target = _implementation(func)
         summary, arg_docs = _documentation(where, func, target)
