@@ -7,20 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli import (  # noqa: F401  (fixtures)
-    CLI,
-    SlowableServer,
-    cli,
-    fake,
-    read_call,
-    run_args,
-    run_id_of,
-    workspace,
-)
+from tests.e2e import test_cli as base
+from tests.e2e.test_cli import CLI, SlowableServer, read_call, run_args, run_id_of
 from tests.fakes.openai_server import completion, tool_call
 
 pytest.importorskip("typer")
 pytest.importorskip("openai")
+
+# The fixtures of the CLI tests.
+cli, fake, workspace = base.cli, base.fake, base.workspace
 
 
 def test_a_negative_prompt_count_does_not_let_the_run_sail_past_its_token_budget(

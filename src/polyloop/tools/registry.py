@@ -329,8 +329,9 @@ class ToolRegistry:
                 no docstring; it takes ``*args`` or ``**kwargs``; a parameter's type has no JSON
                 schema or its annotation cannot be resolved; the ``Args:`` section documents a
                 parameter that does not exist; ``replay`` is unknown; ``replay="reconcile"``
-                comes without a hook, or a hook without it; ``timeout_s`` is not a number > 0;
-                ``approval`` is neither a bool nor callable. Nothing is registered then.
+                comes without a hook, or a hook without it; ``timeout_s`` is neither None nor
+                a finite number > 0; ``approval`` is neither a bool nor callable. Nothing is
+                registered then.
         """
         if not callable(func) or inspect.isclass(func):
             raise ConfigError(f"a tool must be a function or a callable object, got {func!r}")
