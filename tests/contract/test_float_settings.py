@@ -163,3 +163,12 @@ def test_none_is_never_and_a_finite_number_is_taken() -> None:
     _loop(lease_ttl_s=1, cancel_grace_s=0, approval_timeout_s=None)
     assert Limits(max_seconds=1, max_cost=None).max_seconds == 1
     assert Pricing(0, 0.5, None).cached_input_per_mtok is None
+
+
+def test_an_infinite_budget_an_older_version_stored_reads_as_no_limit() -> None:
+    # Older versions took max_cost=inf for "no limit"; its run must stay readable.
+    stored = {**Limits().to_dict(), "max_cost": math.inf, "max_seconds": math.inf}
+    limits = Limits.from_dict(stored)
+    assert limits.max_cost is None and limits.max_seconds is None
+    with pytest.raises(ConfigError):
+        Limits.from_dict({**Limits().to_dict(), "max_cost": math.nan})

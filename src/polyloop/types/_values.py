@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -646,11 +647,14 @@ class Limits:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Limits:
-        """Read :meth:`to_dict` output; unknown keys are an error (they mean a newer writer)."""
+        """Read :meth:`to_dict` output; unknown keys are an error (they mean a newer writer).
+        An infinite ``max_cost`` or ``max_seconds``, which older versions took for no limit,
+        is read as None (what it meant)."""
         unknown = set(data) - set(cls.__slots__)
         if unknown:
             raise ConfigError(f"unknown limits {sorted(unknown)}")
-        return cls(**data)
+        inf = [k for k in ("max_cost", "max_seconds") if data.get(k) == math.inf]
+        return cls(**{**data, **dict.fromkeys(inf)}) if inf else cls(**data)
 
 
 @dataclass(frozen=True, slots=True)
