@@ -27,6 +27,7 @@ from .types import (
     RunEndGuard,
     RunResult,
     Templates,
+    check_number,
 )
 
 __all__ = ["Loop", "SystemClock"]
@@ -58,7 +59,7 @@ class Loop:
         limits: the default limits of a run; stored with each run.
         observers: callables receiving events; must not block; exceptions are logged.
         retry: how model calls are retried.
-        cancel_grace_s: how long an in-flight action may finish after cancellation.
+        cancel_grace_s: how long (seconds) an in-flight action may finish after cancellation.
         lease_ttl_s: the lease duration (renewed every third of it; each renewal is also
             when a run learns of a request to stop or cancel it made elsewhere).
         templates: the model-visible wording of the default adapters (version stored per run).
@@ -82,7 +83,9 @@ class Loop:
 
     Raises:
         TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
-        ConfigError: a negative grace period or a non-positive lease duration.
+        ConfigError: ``cancel_grace_s`` not a finite number >= 0, ``lease_ttl_s`` not a
+            finite number > 0, ``approval_timeout_s`` neither None nor a finite number > 0
+            (NaN, ``inf`` and bools are refused: "never" is None).
 
     A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`, and to hand
     :meth:`stop` / :meth:`cancel` requests to them at once), so concurrent ``run`` calls on one
@@ -117,12 +120,11 @@ class Loop:
             )
         if not callable(getattr(model, "complete", None)):
             raise TypeError(f"model must have an async complete(request) method, got {model!r}")
-        if cancel_grace_s < 0:
-            raise ConfigError(f"cancel_grace_s must be >= 0, got {cancel_grace_s}")
-        if lease_ttl_s <= 0:
-            raise ConfigError(f"lease_ttl_s must be > 0, got {lease_ttl_s}")
-        if approval_timeout_s is not None and not approval_timeout_s > 0:
-            raise ConfigError(f"approval_timeout_s must be > 0 or None, got {approval_timeout_s}")
+        check_number("cancel_grace_s", cancel_grace_s, unit=" of seconds")
+        check_number("lease_ttl_s", lease_ttl_s, above=True, unit=" of seconds")
+        check_number(
+            "approval_timeout_s", approval_timeout_s, above=True, none="never", unit=" of seconds"
+        )
         if report_hook is not None and not callable(report_hook):
             raise TypeError(f"report_hook must be callable, got {report_hook!r}")
         if limits is not None and not isinstance(limits, Limits):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from polyloop import ConfigError
+from polyloop.types import check_number
 
 from ._journals import BatchJournal, LoopFactory, journal_of
 from ._results import BatchResult, ProgressFn
@@ -56,8 +57,10 @@ async def find_stalled(
             provably dead; only acquiring tells).
 
     Raises:
-        ConfigError: the journal cannot list its runs (use SQLite or PostgreSQL).
+        ConfigError: the journal cannot list its runs (use SQLite or PostgreSQL), or
+            ``older_than_s`` is not a finite number >= 0.
     """
+    check_number("older_than_s", older_than_s, unit=" of seconds")
     list_runs = getattr(journal, "list_runs", None)
     if list_runs is None:
         raise ConfigError(
@@ -144,6 +147,7 @@ async def recover(
 
         result = await recover(SQLiteJournal("runs.db"), make_loop, older_than_s=0)
     """
+    check_number("older_than_s", older_than_s, unit=" of seconds")  # before anything is done
     async with journal_of(journal) as opened:
         denied = await deny_expired(opened)
         stalled = await find_stalled(opened, older_than_s=older_than_s)

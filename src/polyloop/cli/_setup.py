@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import sys
@@ -11,6 +12,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import typer
 
 from polyloop import ConfigError, Limits, Loop, RunNotFound, ToolRegistry
 from polyloop.journal import SQLiteJournal
@@ -22,6 +25,18 @@ TOOL_SETS = ("files", "shell")
 
 class BadInput(Exception):
     """Input the command cannot act on; its message is the one line the user sees."""
+
+
+def finite(text: str) -> float:
+    """A float option's value (``--max-seconds``, ``--timeout``...): a finite number, else a
+    usage error (exit 2); the range is the setting's to check."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text} is not a finite number")
+    return value
 
 
 class OpenJournal:

@@ -41,6 +41,7 @@ from ._setup import (
     FailureGuardArgs,
     add_mcp_tools,
     build_loop,
+    finite,
     loop_parts,
     mcp_config,
     mcp_server,
@@ -137,18 +138,22 @@ MaxCostOpt = Annotated[
     float | None,
     typer.Option(
         "--max-cost",
+        parser=finite,
         help="US dollars the run may spend (cost_budget; priced from the provider's reported "
         "cost, else counted 0 and reported as usage missing).",
     ),
 ]
 MaxSecondsOpt = Annotated[
     float | None,
-    typer.Option("--max-seconds", help="Seconds the run may be active (time_budget)."),
+    typer.Option(
+        "--max-seconds", help="Seconds the run may be active (time_budget).", parser=finite
+    ),
 ]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
         "--timeout",
+        parser=finite,
         help="Seconds one model call may take (its request timeout; default: the OpenAI "
         "adapter's, 120). Stored with the run.",
     ),
@@ -401,6 +406,7 @@ def resume(
         float | None,
         typer.Option(
             "--timeout",
+            parser=finite,
             help="Seconds one model call may take, instead of the run's (this execution only).",
         ),
     ] = None,
@@ -1239,7 +1245,9 @@ def recover(
     older_than: Annotated[
         float,
         typer.Option(
-            "--older-than", help="Seconds a run with no owner must have existed to be taken."
+            "--older-than",
+            help="Seconds a run with no owner must have existed to be taken.",
+            parser=finite,
         ),
     ] = 300.0,
     model: Annotated[

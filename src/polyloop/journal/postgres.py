@@ -99,6 +99,7 @@ from ..types import (
     RunSpec,
     StepRecord,
     canonical_json,
+    check_number,
     import_extra,
     record_from_dict,
     record_json,
@@ -456,8 +457,7 @@ class PostgresJournal:
             )
         if schema is not None and (not schema or "\x00" in schema):
             raise ConfigError(f"schema must be a non-empty name or None, got {schema!r}")
-        if timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        check_number("PostgresJournal timeout_s", timeout_s, above=True, unit=" of seconds")
         psycopg, pool = _sdk()
         self._psycopg = psycopg
         self._pool_mod = pool

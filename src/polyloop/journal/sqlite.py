@@ -129,6 +129,7 @@ from ..types import (
     StopReason,
     Usage,
     canonical_json,
+    check_number,
     record_from_dict,
     record_json,
 )
@@ -568,8 +569,7 @@ class SQLiteJournal:
             raise ConfigError(f"writer must be 'thread' or 'process', got {writer!r}")
         if writer == "process" and os.name != "posix":
             raise ConfigError("writer='process' needs a POSIX system; use writer='thread'")
-        if busy_timeout_s < 0:
-            raise ConfigError(f"busy_timeout_s must be >= 0, got {busy_timeout_s}")
+        check_number("SQLiteJournal busy_timeout_s", busy_timeout_s, unit=" of seconds")
         spath = os.fspath(path)
         if spath in ("", ":memory:") or spath.startswith("file::memory:"):
             raise ConfigError(

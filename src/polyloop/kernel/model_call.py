@@ -4,6 +4,7 @@ the retry policy, a FallbackModel's next model, streamed deltas, the attempt's u
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import random
@@ -25,6 +26,7 @@ from ..types import (
     StepRecord,
     StopReason,
     Usage,
+    usage_refusal,
 )
 from . import deciding, stopping
 from . import wrap_up as wrapping
@@ -32,7 +34,7 @@ from .driver import Driver
 from .steps import model_failure_step, model_failures_in_a_row
 from .text import clean_error, clean_reply
 
-__all__ = ["attempt_cost", "delta", "error_info", "failed", "model_phase"]
+__all__ = ["attempt_cost", "delta", "error_info", "failed", "model_phase", "refuse_usage"]
 
 log = logging.getLogger("polyloop")
 
@@ -46,6 +48,22 @@ def error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
     else:
         info = ErrorInfo(type(exc).__name__, str(exc))
     return clean_error(info)
+
+
+def refuse_usage(
+    run_id: str, step_idx: int, attempt: int, reply: ModelReply, refused: str
+) -> ModelReply:
+    """``reply`` with its usage recorded as not reported: a usage that cannot be believed is
+    refused (``Usage``), so it never lowers a total or switches a budget off."""
+    log.warning(
+        "run %s step %d attempt %d: refused the reported usage (%s); the attempt counts as "
+        "usage not reported (usage_missing)",
+        run_id,
+        step_idx,
+        attempt,
+        refused,
+    )
+    return dataclasses.replace(reply, usage=None)
 
 
 def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
@@ -160,6 +178,8 @@ async def model_phase(
             return await failed(d, step, info.detail(attempt))
         latency = (clock.monotonic() - t) * 1000
         reply, bad = clean_reply(reply)  # before anything records or reads it
+        if reply.usage is not None and (refused := usage_refusal(reply.usage)) is not None:
+            reply = refuse_usage(d.run_id, step_idx, attempt, reply, refused)
         call_id = reply.call_id or intent_id
         st = d.state
         cost = attempt_cost(reply.usage, d._pricing[tier])

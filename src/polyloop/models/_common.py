@@ -11,10 +11,12 @@ from types import ModuleType
 from typing import Any
 
 from ..types import ModelCallError, text_nested_deeper
+from ..types._checks import MAX_REPORTED
 
 __all__ = [
     "KIND_BY_STATUS",
     "Relay",
+    "add_counts",
     "arguments_object",
     "bad_response",
     "by_status",
@@ -53,9 +55,27 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def count(value: object) -> int | None:
-    """``value`` when it is a token count (an int, not a bool), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def count(value: object) -> Any:
+    """A token count as the provider reported it, for ``Usage``: None when absent (None or
+    JSON null), else ``value`` unchanged, whatever it is: a count that cannot be believed
+    (negative, a float, a string) is the kernel's to refuse with the whole usage
+    (:func:`polyloop.types.usage_refusal`), never dropped here (that would count the
+    attempt's other tokens as if all were reported)."""
+    return value
+
+
+def add_counts(*values: Any) -> Any:
+    """Counts a provider reports apart and ``Usage`` holds as one (Anthropic's input and
+    cache tokens, Gemini's candidates and thoughts): None when none is reported, their sum
+    when every reported one can be believed, else the first that cannot (so that the kernel
+    refuses the usage, as it would that count alone)."""
+    given = [v for v in values if v is not None]
+    if not given:
+        return None
+    for v in given:
+        if type(v) is not int or not 0 <= v <= MAX_REPORTED:
+            return v
+    return sum(given)
 
 
 def name_of(value: object) -> str | None:

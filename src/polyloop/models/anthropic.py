@@ -74,11 +74,13 @@ from ..types import (
     Pricing,
     ToolCall,
     Usage,
+    check_number,
     import_extra,
     text_nested_deeper,
 )
 from ._common import (
     Relay,
+    add_counts,
     arguments_object,
     bad_response,
     by_status,
@@ -334,8 +336,7 @@ class AnthropicModel:
             raise ConfigError(f"{name} needs a model name, e.g. 'claude-sonnet-4-5'; got {model!r}")
         if not isinstance(stream, bool):
             raise ConfigError(f"{name} stream must be True or False, got {stream!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-            raise ConfigError(f"{name} timeout_s must be a number > 0, got {timeout_s!r}")
+        check_number(f"{name} timeout_s", timeout_s, above=True, unit=" of seconds")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
             raise ConfigError(f"{name} max_tokens must be an int > 0, got {max_tokens!r}")
         if thinking_budget is not None and (
@@ -648,13 +649,13 @@ def _usage(reported: Any) -> Usage | None:
         count(getattr(reported, field, None))
         for field in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     ]
-    given = [n for n in parts if n is not None]
+    total = add_counts(*parts)
     output = count(getattr(reported, "output_tokens", None))
-    if not given and output is None:
+    if total is None and output is None:
         return None
     details = getattr(reported, "output_tokens_details", None)
     return Usage(
-        sum(given) if given else None,
+        total,
         output,
         cached_tokens=parts[1],
         reasoning_tokens=count(getattr(details, "thinking_tokens", None)),

@@ -68,11 +68,13 @@ from ..types import (
     Pricing,
     ToolCall,
     Usage,
+    check_number,
     import_extra,
 )
 from ._common import (
     KIND_BY_STATUS,
     Relay,
+    add_counts,
     arguments_object,
     bad_response,
     content_filtered,
@@ -249,14 +251,12 @@ class GeminiModel:
             )
         if not isinstance(stream, bool):
             raise ConfigError(f"GeminiModel stream must be True or False, got {stream!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-            raise ConfigError(f"GeminiModel timeout_s must be a number > 0, got {timeout_s!r}")
+        check_number("GeminiModel timeout_s", timeout_s, above=True, unit=" of seconds")
         if max_tokens is not None and (
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
         ):
             raise ConfigError(f"GeminiModel max_tokens must be an int > 0, got {max_tokens!r}")
-        if temperature is not None and (isinstance(temperature, bool) or temperature < 0):
-            raise ConfigError(f"GeminiModel temperature must be >= 0, got {temperature!r}")
+        check_number("GeminiModel temperature", temperature, none="the model's")
         sdk = _sdk()
         self._sdk = sdk
         self._errors: ModuleType = sdk.errors
@@ -573,9 +573,7 @@ def _usage(reported: Any) -> Usage | None:
     prompt = count(getattr(reported, "prompt_token_count", None))
     candidates = count(getattr(reported, "candidates_token_count", None))
     thoughts = count(getattr(reported, "thoughts_token_count", None))
-    output = (
-        None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    )
+    output = add_counts(candidates, thoughts)
     if prompt is None and output is None:
         return None
     cached = count(getattr(reported, "cached_content_token_count", None))

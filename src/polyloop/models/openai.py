@@ -62,6 +62,7 @@ from ..types import (
     Pricing,
     ToolCall,
     Usage,
+    check_number,
     import_extra,
 )
 from ._common import (
@@ -244,14 +245,12 @@ class OpenAIModel:
             raise ConfigError(f"OpenAIModel needs a model name, e.g. 'gpt-4o-mini'; got {model!r}")
         if not isinstance(stream, bool):
             raise ConfigError(f"OpenAIModel stream must be True or False, got {stream!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-            raise ConfigError(f"OpenAIModel timeout_s must be a number > 0, got {timeout_s!r}")
+        check_number(f"{type(self).__name__} timeout_s", timeout_s, above=True, unit=" of seconds")
         if max_tokens is not None and (
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
         ):
             raise ConfigError(f"OpenAIModel max_tokens must be an int > 0, got {max_tokens!r}")
-        if temperature is not None and (isinstance(temperature, bool) or temperature < 0):
-            raise ConfigError(f"OpenAIModel temperature must be >= 0, got {temperature!r}")
+        check_number(f"{type(self).__name__} temperature", temperature, none="the server's")
         sdk = _sdk()
         self._sdk = sdk
         self._model = model

@@ -57,7 +57,7 @@ from polyloop.events import (
     RunStarted,
     StepAppended,
 )
-from polyloop.types import import_extra
+from polyloop.types import import_extra, usage_refusal
 
 from .redact import DEFAULT_SCRUBBER, ScrubFn, digest
 
@@ -363,6 +363,8 @@ class OTelObserver:
         if reply.call_id:
             span.set_attribute("gen_ai.response.id", reply.call_id)
         usage = reply.usage
+        if usage is not None and usage_refusal(usage) is not None:
+            usage = None  # the kernel refuses it too (Usage): nothing to count
         if usage is not None and usage.input_tokens is not None:
             span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
             run.input_tokens = (run.input_tokens or 0) + usage.input_tokens

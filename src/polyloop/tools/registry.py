@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import pydantic
 
-from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec
+from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec, check_number
 
 from ._docstrings import arg_descriptions, summary
 from ._threads import in_thread
@@ -329,8 +329,9 @@ class ToolRegistry:
                 no docstring; it takes ``*args`` or ``**kwargs``; a parameter's type has no JSON
                 schema or its annotation cannot be resolved; the ``Args:`` section documents a
                 parameter that does not exist; ``replay`` is unknown; ``replay="reconcile"``
-                comes without a hook, or a hook without it; ``timeout_s`` is not a number > 0;
-                ``approval`` is neither a bool nor callable. Nothing is registered then.
+                comes without a hook, or a hook without it; ``timeout_s`` is neither None nor
+                a finite number > 0; ``approval`` is neither a bool nor callable. Nothing is
+                registered then.
         """
         if not callable(func) or inspect.isclass(func):
             raise ConfigError(f"a tool must be a function or a callable object, got {func!r}")
@@ -347,14 +348,9 @@ class ToolRegistry:
                 "pass name=... to register this one under another name"
             )
         policy = _replay_policy(where, replay, reconcile)
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, int | float)
-            or not timeout_s > 0
-        ):
-            raise ConfigError(
-                f"{where}: timeout_s must be a number of seconds > 0, got {timeout_s!r}"
-            )
+        check_number(
+            f"{where}: timeout_s", timeout_s, above=True, none="no limit", unit=" of seconds"
+        )
         _check_approval(where, approval)
         target = _implementation(func)
         summary, arg_docs = _documentation(where, func, target)

@@ -1,5 +1,6 @@
 """PolyLoop's value types: no I/O, no imports from the rest of PolyLoop (layout.md rule 1)."""
 
+from ._checks import check_number, usage_refusal
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import (
     AlreadyDecided,
@@ -213,6 +214,7 @@ __all__ = [
     "Usage",
     "Verdict",
     "canonical_json",
+    "check_number",
     "clean_json",
     "clean_text",
     "detect_pattern",
@@ -226,4 +228,5 @@ __all__ = [
     "record_json",
     "record_to_dict",
     "text_nested_deeper",
+    "usage_refusal",
 ]

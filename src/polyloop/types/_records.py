@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
+from ._checks import trusted_cost
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import JournalError
 from ._fast import fast_init
@@ -26,6 +27,7 @@ from ._ledger import FailureKnown, FailureSeen, TestEdit
 from ._report import EscalationReport
 from ._requests import EndRequest
 from ._step import StepRecord
+from ._usage import Usage, usage_from
 from ._values import (
     Action,
     Escalation,
@@ -36,7 +38,6 @@ from ._values import (
     ModelReply,
     Outcome,
     ToolCall,
-    Usage,
     canonical_json,
 )
 
@@ -472,15 +473,7 @@ def _reply_from(d: Mapping[str, Any]) -> ModelReply:
         reasoning=d.get("reasoning"),
         tool_calls=tuple(ToolCall(c["name"], c["arguments"], c.get("id")) for c in d["tool_calls"]),
         call_id=d.get("call_id"),
-        usage=None
-        if usage is None
-        else Usage(
-            usage["input_tokens"],
-            usage["output_tokens"],
-            usage.get("cached_tokens"),
-            usage.get("reasoning_tokens"),
-            usage.get("cost_usd"),
-        ),
+        usage=usage_from(usage),
         model=d.get("model"),
     )
 
@@ -760,7 +753,7 @@ def record_from_dict(d: Mapping[str, Any]) -> Record:
                 _reply_from(d["reply"]),
                 d["latency_ms"],
                 d.get("replaced_chars", 0),
-                d.get("cost_usd"),
+                trusted_cost(d.get("cost_usd")),
             )
         if kind in ("model_attempt_failed", "model_failure"):
             fields = (

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeAlias
 
+from ._checks import check_amount, check_limit, check_number
 from ._enums import ActionStatus
 from ._errors import ConfigError, MalformedValue
 from ._fast import fast_init
+from ._usage import Pricing, Usage
 
 __all__ = [
     "Action",
@@ -101,84 +104,6 @@ def canonical_json(value: Any) -> str:
     if _FAST is None:
         return _CANONICAL.encode(value)
     return _FAST(value)
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token usage of one model call, as the provider reported it (None: not reported).
-
-    ``input_tokens`` counts every prompt token, ``cached_tokens`` those of them the provider
-    read from its prompt cache (a part of ``input_tokens``, billed at the cached price);
-    ``output_tokens`` counts every generated token, ``reasoning_tokens`` the hidden reasoning
-    among them (a part of ``output_tokens``). The adapters bring each provider to these
-    meanings (Anthropic reports cache reads beside the input, Gemini thoughts beside the
-    output: the adapter adds them in)."""
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cached_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    cost_usd: float | None = None
-    """What the call cost in US dollars, where the provider reports it (OpenRouter's
-    ``usage.cost``, say); else the kernel prices the tokens with the model's ``Pricing``."""
-
-    def __add__(self, other: Usage) -> Usage:
-        def add(a: Any, b: Any) -> Any:
-            return b if a is None else a if b is None else a + b
-
-        return Usage(
-            add(self.input_tokens, other.input_tokens),
-            add(self.output_tokens, other.output_tokens),
-            add(self.cached_tokens, other.cached_tokens),
-            add(self.reasoning_tokens, other.reasoning_tokens),
-            add(self.cost_usd, other.cost_usd),
-        )
-
-    @property
-    def total_tokens(self) -> int | None:
-        """Input plus output, or None when neither was reported."""
-        if self.input_tokens is None and self.output_tokens is None:
-            return None
-        return (self.input_tokens or 0) + (self.output_tokens or 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Pricing:
-    """A model's prices in US dollars per million tokens, for ``Limits.max_cost``.
-
-    ``cached_input_per_mtok`` prices the input tokens read from the provider's cache
-    (``Usage.cached_tokens``, a part of ``input_tokens``); None prices them as other input.
-    Give a model its prices with its ``pricing`` attribute (``OpenAIModel(..., pricing=...)``,
-    ``ScriptedModel(..., pricing=...)``); a provider that reports the cost itself
-    (``Usage.cost_usd``) is taken at its word."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-    cached_input_per_mtok: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
-            v = getattr(self, name)
-            if v is None and name == "cached_input_per_mtok":
-                continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
-                raise ConfigError(f"Pricing.{name} must be a number >= 0, got {v!r}")
-
-    def cost(self, usage: Usage) -> float:
-        """US dollars for ``usage`` (a token count not reported counts 0)."""
-        total_in = usage.input_tokens or 0
-        cached = min(usage.cached_tokens or 0, total_in)
-        cached_price = (
-            self.input_per_mtok
-            if self.cached_input_per_mtok is None
-            else self.cached_input_per_mtok
-        )
-        return (
-            (total_in - cached) * self.input_per_mtok
-            + cached * cached_price
-            + (usage.output_tokens or 0) * self.output_per_mtok
-        ) / 1_000_000
 
 
 @fast_init
@@ -601,25 +526,11 @@ class ToolContext:
 
 
 def _check_limit(name: str, value: object, *, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "a positive int or None" if optional else "a positive int"
-        raise ConfigError(f"Limits.{name} must be {kind}, got {value!r}")
-    if value <= 0:
-        raise ConfigError(
-            f"Limits.{name} must be > 0, got {value}"
-            + ("; use None for no limit" if optional else "")
-        )
+    check_limit(f"Limits.{name}", value, optional=optional)
 
 
 def _check_amount(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise ConfigError(f"Limits.{name} must be a positive number or None, got {value!r}")
-    if value <= 0:
-        raise ConfigError(f"Limits.{name} must be > 0, got {value}; use None for no limit")
+    check_amount(f"Limits.{name}", value)
 
 
 _ADDED_LIMITS = (
@@ -639,7 +550,8 @@ class Limits:
     """The budgets and caps of one run (kernel.md §5). Stored with the run.
 
     ``max_steps`` is always a positive int (the hard backstop); the others may be None
-    (unbounded). Any value <= 0 raises :class:`ConfigError` here, at construction.
+    (unbounded, never ``inf``). Any value <= 0, a bool, NaN or ``inf`` raises
+    :class:`ConfigError` here, at construction.
     """
 
     max_steps: int = 30
@@ -670,15 +582,22 @@ class Limits:
     as known too, each until an edit is seen to affect it (see :mod:`polyloop.kernel.ledger`)."""
     max_tokens: int | None = None
     """Input plus output tokens over every model-call attempt of the run, as the providers
-    reported them (``token_budget``). An attempt whose provider reported no usage counts 0 (the
-    run's ``usage_missing`` counts such attempts)."""
+    reported them (``token_budget``). An attempt whose provider reported no usage, or a usage
+    that cannot be believed (a negative, non-int or absurd count, a cost that is NaN, infinite
+    or negative: see :class:`Usage`), counts 0 (the run's ``usage_missing`` counts such
+    attempts). So a report can never lower the total or switch the budget off: the worst a
+    provider can do is report nothing, and then only ``max_steps`` (always set) and the other
+    budgets bound the run; check ``usage_missing`` when a budget must hold exactly."""
     max_cost: float | None = None
     """US dollars over every model-call attempt, from each model's ``Pricing`` or the cost the
-    provider reported (``cost_budget``). An attempt with no price counts 0 (``usage_missing``)."""
+    provider reported (``cost_budget``). An attempt with no price, or a usage that is refused
+    (as for ``max_tokens``), counts 0 (``usage_missing``): a report never lowers the total. A
+    finite number > 0, or None."""
     max_seconds: float | None = None
     """Seconds the run was active: wall time while a process drove it, summed over its
     executions and resumes (``time_budget``). Parked or detached time does not count; of a
-    crashed execution, the time after its last journaled step does not either."""
+    crashed execution, the time after its last journaled step does not either. A finite
+    number > 0, or None."""
     max_consecutive_model_failures: int = 1
     """Steps in a row whose model call failed after the retry policy that end the run
     ``llm_error``. 1 (the default): the first such step does (kernel.md §6 C). With N > 1, a
@@ -741,11 +660,14 @@ class Limits:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Limits:
-        """Read :meth:`to_dict` output; unknown keys are an error (they mean a newer writer)."""
+        """Read :meth:`to_dict` output; unknown keys are an error (they mean a newer writer).
+        An infinite ``max_cost`` or ``max_seconds``, which older versions took for no limit,
+        is read as None (what it meant)."""
         unknown = set(data) - set(cls.__slots__)
         if unknown:
             raise ConfigError(f"unknown limits {sorted(unknown)}")
-        return cls(**data)
+        inf = [k for k in ("max_cost", "max_seconds") if data.get(k) == math.inf]
+        return cls(**{**data, **dict.fromkeys(inf)}) if inf else cls(**data)
 
 
 _ADDED_DEFAULTS = {f.name: f.default for f in fields(Limits) if f.name in _ADDED_LIMITS}
@@ -759,7 +681,10 @@ class RetryPolicy:
     at ``max_backoff_s``, spread by ``±jitter`` (a fraction), and never shorter than the
     provider's ``retry_after``. A provider that asks to wait longer than ``max_retry_after_s``
     is not waited for: that failure is final (``llm_error``), so a rollout never sleeps for
-    a day on one ``Retry-After`` header.
+    a day on one ``Retry-After`` header (None: no such cap).
+
+    Every field is a finite number (``jitter`` in [0, 1), the others >= 0), never a bool;
+    anything else is a ``ConfigError`` here, at construction.
     """
 
     max_attempts: int = 3
@@ -767,24 +692,25 @@ class RetryPolicy:
     max_backoff_s: float = 8.0
     multiplier: float = 2.0
     jitter: float = 0.1
-    max_retry_after_s: float = 300.0
+    max_retry_after_s: float | None = 300.0
+    """None: wait as long as any provider asks."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
             raise ConfigError(f"RetryPolicy.max_attempts must be an int, got {self.max_attempts!r}")
         if self.max_attempts < 1:
             raise ConfigError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("initial_backoff_s", "max_backoff_s", "multiplier", "max_retry_after_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"RetryPolicy.{name} must be >= 0")
-        if not 0 <= self.jitter < 1:
-            raise ConfigError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}")
+        for name in ("initial_backoff_s", "max_backoff_s", "multiplier"):
+            check_number(f"RetryPolicy.{name}", getattr(self, name))
+        check_number("RetryPolicy.max_retry_after_s", self.max_retry_after_s, none="no cap")
+        check_number("RetryPolicy.jitter", self.jitter, below=1)
 
     def allows_retry(self, failures: int, retry_after: float | None) -> bool:
         """May a retryable failure be retried, after ``failures`` failed attempts?"""
         if failures >= self.max_attempts:
             return False
-        return retry_after is None or retry_after <= self.max_retry_after_s
+        cap = self.max_retry_after_s
+        return retry_after is None or cap is None or retry_after <= cap
 
     def backoff_s(self, attempt: int, retry_after: float | None, rand: float) -> float:
         """Seconds to wait after failed ``attempt`` (1-based); ``rand`` is uniform in [0, 1)."""

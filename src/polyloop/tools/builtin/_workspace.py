@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import pydantic
 
-from polyloop.types import ActionStatus, ConfigError, Failure, Outcome, ToolContext
+from polyloop.types import ActionStatus, ConfigError, Failure, Outcome, ToolContext, check_number
 
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
@@ -123,15 +122,9 @@ def workspace_tools(
             system without process groups; a system without ``O_NOFOLLOW`` and ``dir_fd``
             (the file tools could not confine paths).
     """
-    if isinstance(shell_timeout_s, bool) or not (
-        isinstance(shell_timeout_s, int | float)
-        and math.isfinite(shell_timeout_s)
-        and shell_timeout_s > 0
-    ):
-        raise ConfigError(
-            f"workspace_tools: shell_timeout_s must be a positive number of seconds, "
-            f"got {shell_timeout_s!r}"
-        )
+    check_number(
+        "workspace_tools: shell_timeout_s", shell_timeout_s, above=True, unit=" of seconds"
+    )
     check_max_output_chars("workspace_tools", max_output_chars)
     if shell and not hasattr(os, "killpg"):
         raise ConfigError(

@@ -30,6 +30,7 @@ from polyloop.types import (
     PolyLoopError,
     ReplayPolicy,
     ToolContext,
+    check_number,
 )
 
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
@@ -139,10 +140,12 @@ class MCPServer:
             raise ConfigError(f"MCPServer argv must be a non-empty list of strings, got {argv!r}")
         if url is not None and not re.match(r"^https?://", url):
             raise ConfigError(f"MCPServer url must start with http:// or https://, got {url!r}")
-        if timeout_s is not None and not timeout_s > 0:
-            raise ConfigError(f"MCPServer timeout_s must be > 0 or None, got {timeout_s!r}")
-        if not connect_timeout_s > 0:
-            raise ConfigError(f"MCPServer connect_timeout_s must be > 0, got {connect_timeout_s}")
+        check_number(
+            "MCPServer timeout_s", timeout_s, above=True, none="no limit", unit=" of seconds"
+        )
+        check_number(
+            "MCPServer connect_timeout_s", connect_timeout_s, above=True, unit=" of seconds"
+        )
         check_max_output_chars("MCPServer", max_output_chars, optional=True)
         self.kind: Literal["stdio", "http"] = "stdio" if argv is not None else "http"
         self.argv = tuple(argv) if argv is not None else None
