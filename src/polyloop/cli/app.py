@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import sys
@@ -33,6 +32,7 @@ from polyloop import (
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
+from ._errors import end
 from ._exit import ExitCode, epilog, exit_code
 from ._setup import (
     DEFAULT_JOURNAL,
@@ -52,15 +52,9 @@ from ._setup import (
 T = TypeVar("T")
 
 
-# Click's exceptions, from the click typer runs on (its own copy in recent versions).
-_errors: Any = importlib.import_module(typer.BadParameter.__module__)
-_NO_ARGS_IS_HELP: Any = getattr(_errors, "NoArgsIsHelpError", ())  # click >= 8.2
-
-
 class _Group(TyperGroup):
-    """The root command. A usage error (unknown command or option, a missing argument, a value
-    of the wrong type or not among the known ones) is one line on stderr naming the help to
-    read, exit code 2 (``ExitCode.USAGE``); ``polyloop`` alone prints the help."""
+    """The root command. Every error ends as one line on stderr and an exit code
+    (:func:`._errors.end`); ``polyloop`` alone prints the help."""
 
     def main(  # type: ignore[override]
         self,
@@ -70,24 +64,11 @@ class _Group(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS_IS_HELP as exc:
-            exc.show()
-            code = ExitCode.USAGE
-        except _errors.UsageError as exc:
-            where = exc.ctx.command_path if exc.ctx is not None else "polyloop"
-            # Typer words a value outside an option's choices as pydantic does: drop that.
-            message = exc.format_message().replace(": Value error, ", ": ")
-            print(f"polyloop: {message} (see {where} --help)", file=sys.stderr)
-            code = ExitCode.USAGE
-        except _errors.ClickException as exc:
-            print(f"polyloop: {exc.format_message()}", file=sys.stderr)
-            code = exc.exit_code
-        except _errors.Abort:
-            print("polyloop: aborted", file=sys.stderr)
-            code = ExitCode.BAD_INPUT
-        code = int(code or 0)
+        code = end(
+            lambda: super(_Group, self).main(
+                args, prog_name, complete_var, standalone_mode=False, **extra
+            )
+        )
         if not standalone_mode:
             return code
         sys.exit(code)
@@ -999,6 +980,7 @@ def _built_loop(loop: Any, journal: Any) -> Any:
 def _journal_spec(journal: str | None, *, must_exist: bool) -> str:
     from polyloop.batch._journals import is_postgres_spec
 
+    from ._check import refuse_damaged
     from ._setup import journal_path
 
     if journal is not None and is_postgres_spec(journal):
@@ -1006,6 +988,7 @@ def _journal_spec(journal: str | None, *, must_exist: bool) -> str:
     path = journal_path(None if journal is None else Path(journal))
     if must_exist and not path.is_file():
         raise _fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+    refuse_damaged(path)  # the commands that use this one write
     return str(path)
 
 
@@ -1361,8 +1344,6 @@ def recover(
 
 # -- the journal file: `polyloop check` -------------------------------------------------------
 
-EXIT_DAMAGED = ExitCode.DAMAGED
-
 
 @app.command()
 def check(
@@ -1374,18 +1355,20 @@ def check(
         ),
     ] = None,
 ) -> None:
-    """Check that a SQLite journal file is sound: SQLite's full integrity_check, read-only
-    (nothing is written or repaired; it reads the whole file, about 13 s per GB).
+    """Check that a SQLite journal file is sound: SQLite's full integrity_check, then every
+    run's records and steps read as show and resume read them; read-only (nothing is written
+    or repaired; it reads the whole file: about a minute per GB).
 
     Exit codes: 0 sound, 8 damaged (stop using it; recover what SQLite can read with
-    `sqlite3 PATH .recover | sqlite3 recovered.db`, or restore a copy), 1 bad input (no such
-    file, not a PolyLoop journal, a PostgreSQL URI).
+    `sqlite3 PATH .recover | sqlite3 recovered.db`, or restore a copy; the runs it names
+    cannot be read, the others can), 1 bad input (no such file, not a PolyLoop journal, a
+    PostgreSQL URI).
 
     Example: polyloop check --journal polyloop.db
     """
     from polyloop.batch._journals import is_postgres_spec
-    from polyloop.journal.sqlite import check_integrity
 
+    from ._check import check_file
     from ._setup import journal_path
 
     if journal is not None and is_postgres_spec(journal):
@@ -1397,18 +1380,6 @@ def check(
     if not path.is_file():
         raise _fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
     try:
-        found = check_integrity(path)
+        raise typer.Exit(check_file(path))
     except PolyLoopError as exc:
         raise _fail(str(exc)) from None
-    if found.sound:
-        how = "; read immutable: its folder is not writable" if found.immutable else ""
-        print(f"{path}: sound (integrity_check ok, {found.runs} runs{how})")
-        raise typer.Exit(0)
-    shown = "; ".join(found.problems[:3])
-    more = f" (and {len(found.problems) - 3} more)" if len(found.problems) > 3 else ""
-    print(
-        f"{path}: DAMAGED: {shown}{more}. Stop using it (PolyLoop stops writing to it once it "
-        f"meets the damage); recover what SQLite can read with `sqlite3 {path} .recover | "
-        "sqlite3 recovered.db`, or restore a copy"
-    )
-    raise typer.Exit(EXIT_DAMAGED)
