@@ -7,6 +7,7 @@ Every command runs as ``python -m polyloop.cli ...`` in a temporary directory (s
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from pathlib import Path
@@ -55,3 +56,30 @@ def test_the_end_of_input_at_a_prompt_is_one_line(cli: CLI) -> None:
     assert_one_line_error(done)
     assert "aborted" in done.err, done
     assert "AttributeError" not in done.err, done
+
+
+def test_a_run_id_that_is_not_unicode_is_a_one_line_refusal_for_every_verb(cli: CLI) -> None:
+    from tests.durability.test_sqlite_damage import write_runs
+
+    asyncio.run(write_runs(cli.cwd / "j.db", 1))
+    bad = b"id\xff"
+    j = ("--journal", "j.db")
+    commands: dict[str, tuple[str | bytes, ...]] = {
+        "show": ("show", bad, *j),
+        "resume": ("resume", bad, *j),
+        "stop": ("stop", bad, "--reason", "x", *j),
+        "cancel": ("cancel", bad, *j),
+        "approve": ("approve", bad, "op", *j),
+        "deny": ("deny", bad, "op", "--reason", "x", *j),
+        "approve OP_ID": ("approve", "run-000", bad, *j),
+        "deny OP_ID": ("deny", "run-000", bad, "--reason", "x", *j),
+        "report": ("report", bad, *j, "-o", "r.html"),
+    }
+    for name, args in commands.items():
+        done = run_bytes(cli, *args)
+        try:
+            assert_one_line_error(done)
+            assert "U+DCFF" in done.err and "not valid Unicode" in done.err
+        except AssertionError:
+            raise AssertionError(f"{name}: {done}") from None
+    assert not (cli.cwd / "r.html").exists()

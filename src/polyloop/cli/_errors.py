@@ -1,6 +1,6 @@
 """How the ``polyloop`` command ends on an error: one line on stderr and an exit code
 (:mod:`._exit`), never a traceback. Built on typer's public names only (``typer.Abort``,
-``typer.BadParameter``): typer runs on click, or, since 0.2x, on its
+``typer.BadParameter``, ``typer.CallbackParam``): typer runs on click, or, since 0.2x, on its
 own copy of it, so click's exception classes are found as the ancestors of
 ``typer.BadParameter`` rather than imported from either.
 """
@@ -13,11 +13,13 @@ from typing import Any
 
 import typer
 
+from polyloop.types import first_invalid
+
 from ._check import DamagedJournal
 from ._exit import ExitCode
 from ._setup import BadInput
 
-__all__ = ["end"]
+__all__ = ["end", "valid_text"]
 
 
 def _ancestor(name: str) -> Any:
@@ -78,3 +80,19 @@ def end(invoke: Callable[[], Any]) -> int:
 
 def _say(line: str) -> None:
     print(f"polyloop: {line}", file=sys.stderr, flush=True)
+
+
+def valid_text(param: typer.CallbackParam, value: str | None) -> str | None:
+    """The callback of every argument naming a stored id (RUN_ID, OP_ID): a value that is not
+    valid Unicode (bytes that are not UTF-8 on the command line arrive as lone surrogates) is
+    :class:`BadInput`, since no journal can hold such an id."""
+    if value is None:
+        return None
+    name = (param.name or "id").upper()
+    where = first_invalid(value, name)
+    if where is not None:
+        raise BadInput(
+            f"{where} is not valid Unicode (a byte that is not UTF-8 on the command line), so "
+            f"no journal holds such an id: copy it from polyloop runs or polyloop pending"
+        )
+    return value

@@ -32,7 +32,7 @@ from polyloop import (
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
-from ._errors import end
+from ._errors import end, valid_text
 from ._exit import ExitCode, epilog, exit_code
 from ._setup import (
     DEFAULT_JOURNAL,
@@ -331,7 +331,7 @@ def run(
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[str, typer.Argument(help="The run to continue.", callback=valid_text)],
     journal: JournalOpt = None,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Override the stored step budget.")
@@ -604,7 +604,7 @@ def _request(
 
 @app.command()
 def stop(
-    run_id: Annotated[str, typer.Argument(help="The run to stop.")],
+    run_id: Annotated[str, typer.Argument(help="The run to stop.", callback=valid_text)],
     reason: Annotated[
         str, typer.Option("--reason", help="Why; it becomes the run's stop_detail (required).")
     ],
@@ -628,7 +628,7 @@ def stop(
 
 @app.command()
 def cancel(
-    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.", callback=valid_text)],
     reason: Annotated[
         str | None, typer.Option("--reason", help="Why; the start of its stop_detail.")
     ] = None,
@@ -695,8 +695,10 @@ def pending(journal: RequestJournalOpt = None) -> None:
 
 @app.command()
 def approve(
-    run_id: Annotated[str, typer.Argument(help="The parked run.")],
-    op_id: Annotated[str, typer.Argument(help="The op_id of its pending action.")],
+    run_id: Annotated[str, typer.Argument(help="The parked run.", callback=valid_text)],
+    op_id: Annotated[
+        str, typer.Argument(help="The op_id of its pending action.", callback=valid_text)
+    ],
     note: Annotated[str | None, typer.Option("--note", help="For the record.")] = None,
     journal: RequestJournalOpt = None,
     by: ByOpt = None,
@@ -712,8 +714,10 @@ def approve(
 
 @app.command()
 def deny(
-    run_id: Annotated[str, typer.Argument(help="The parked run.")],
-    op_id: Annotated[str, typer.Argument(help="The op_id of its pending action.")],
+    run_id: Annotated[str, typer.Argument(help="The parked run.", callback=valid_text)],
+    op_id: Annotated[
+        str, typer.Argument(help="The op_id of its pending action.", callback=valid_text)
+    ],
     reason: Annotated[str, typer.Option("--reason", help="Why; the model is shown it (required).")],
     journal: RequestJournalOpt = None,
     by: ByOpt = None,
@@ -764,7 +768,7 @@ def runs(
 
 @app.command()
 def show(
-    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    run_id: Annotated[str, typer.Argument(help="The run to show.", callback=valid_text)],
     journal: JournalOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Full step records as JSON.")] = False,
 ) -> None:
@@ -883,7 +887,7 @@ def view(
 
 @app.command()
 def report(
-    run_id: Annotated[str, typer.Argument(help="The run to write up.")],
+    run_id: Annotated[str, typer.Argument(help="The run to write up.", callback=valid_text)],
     output: Annotated[
         Path | None,
         typer.Option("-o", "--output", help="HTML file to write (default: RUN_ID.html)."),
