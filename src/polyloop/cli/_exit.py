@@ -32,7 +32,7 @@ MEANINGS: dict[ExitCode, str] = {  # one line each in ``--help``: at most 70 cha
     ExitCode.NEEDS_HUMAN: "needs a human: resume_state_unknown/repeated_failure/escalated/parked",
     ExitCode.UNKNOWN_REASON: "a stop reason this version does not know",
     ExitCode.NOT_ALL_ENDED: "batch, recover: some runs did not end (listed; re-run to go on)",
-    ExitCode.DAMAGED: "check: the journal file is damaged (the line says how to recover)",
+    ExitCode.DAMAGED: "the journal file is damaged: found by check, or before a write",
     ExitCode.INTERRUPTED: "cancelled, stopped or detached (Ctrl-C, polyloop stop/cancel)",
 }
 

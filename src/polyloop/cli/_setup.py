@@ -18,6 +18,8 @@ import typer
 from polyloop import ConfigError, Limits, Loop, RunNotFound, ToolRegistry
 from polyloop.journal import SQLiteJournal
 
+from ._check import refuse_damaged
+
 DEFAULT_JOURNAL = "polyloop.db"
 JOURNAL_ENV = "POLYLOOP_JOURNAL"
 TOOL_SETS = ("files", "shell")
@@ -59,7 +61,8 @@ async def open_journal(
     path: Path | None, *, must_exist: bool = False, read_only: bool = False
 ) -> AsyncIterator[OpenJournal]:
     """The journal a command uses. ``read_only`` (the reading commands): opened read-only, so
-    it needs no write access and is never created or written (implies ``must_exist``)."""
+    it needs no write access and is never created or written (implies ``must_exist``);
+    otherwise a small existing file is checked first (:func:`._check.refuse_damaged`)."""
     resolved = journal_path(path)
     if (must_exist or read_only) and not resolved.exists():
         raise BadInput(f"no journal at {resolved} (pass --journal PATH or set ${JOURNAL_ENV})")
@@ -69,6 +72,8 @@ async def open_journal(
             f"cannot create the journal {resolved}: the folder {folder} does not exist "
             "(create it, or pass another --journal)"
         )
+    if not read_only:
+        refuse_damaged(resolved)
     journal = SQLiteJournal(resolved, read_only=read_only)
     try:
         yield OpenJournal(journal, resolved)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import sys
@@ -33,6 +32,7 @@ from polyloop import (
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
+from ._errors import end, valid_text
 from ._exit import ExitCode, epilog, exit_code
 from ._setup import (
     DEFAULT_JOURNAL,
@@ -53,15 +53,9 @@ from ._setup import (
 T = TypeVar("T")
 
 
-# Click's exceptions, from the click typer runs on (its own copy in recent versions).
-_errors: Any = importlib.import_module(typer.BadParameter.__module__)
-_NO_ARGS_IS_HELP: Any = getattr(_errors, "NoArgsIsHelpError", ())  # click >= 8.2
-
-
 class _Group(TyperGroup):
-    """The root command. A usage error (unknown command or option, a missing argument, a value
-    of the wrong type or not among the known ones) is one line on stderr naming the help to
-    read, exit code 2 (``ExitCode.USAGE``); ``polyloop`` alone prints the help."""
+    """The root command. Every error ends as one line on stderr and an exit code
+    (:func:`._errors.end`); ``polyloop`` alone prints the help."""
 
     def main(  # type: ignore[override]
         self,
@@ -71,24 +65,11 @@ class _Group(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS_IS_HELP as exc:
-            exc.show()
-            code = ExitCode.USAGE
-        except _errors.UsageError as exc:
-            where = exc.ctx.command_path if exc.ctx is not None else "polyloop"
-            # Typer words a value outside an option's choices as pydantic does: drop that.
-            message = exc.format_message().replace(": Value error, ", ": ")
-            print(f"polyloop: {message} (see {where} --help)", file=sys.stderr)
-            code = ExitCode.USAGE
-        except _errors.ClickException as exc:
-            print(f"polyloop: {exc.format_message()}", file=sys.stderr)
-            code = exc.exit_code
-        except _errors.Abort:
-            print("polyloop: aborted", file=sys.stderr)
-            code = ExitCode.BAD_INPUT
-        code = int(code or 0)
+        code = end(
+            lambda: super(_Group, self).main(
+                args, prog_name, complete_var, standalone_mode=False, **extra
+            )
+        )
         if not standalone_mode:
             return code
         sys.exit(code)
@@ -386,7 +367,7 @@ def run(
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[str, typer.Argument(help="The run to continue.", callback=valid_text)],
     journal: JournalOpt = None,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Override the stored step budget.")
@@ -660,7 +641,7 @@ def _request(
 
 @app.command()
 def stop(
-    run_id: Annotated[str, typer.Argument(help="The run to stop.")],
+    run_id: Annotated[str, typer.Argument(help="The run to stop.", callback=valid_text)],
     reason: Annotated[
         str, typer.Option("--reason", help="Why; it becomes the run's stop_detail (required).")
     ],
@@ -684,7 +665,7 @@ def stop(
 
 @app.command()
 def cancel(
-    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.", callback=valid_text)],
     reason: Annotated[
         str | None, typer.Option("--reason", help="Why; the start of its stop_detail.")
     ] = None,
@@ -751,8 +732,10 @@ def pending(journal: RequestJournalOpt = None) -> None:
 
 @app.command()
 def approve(
-    run_id: Annotated[str, typer.Argument(help="The parked run.")],
-    op_id: Annotated[str, typer.Argument(help="The op_id of its pending action.")],
+    run_id: Annotated[str, typer.Argument(help="The parked run.", callback=valid_text)],
+    op_id: Annotated[
+        str, typer.Argument(help="The op_id of its pending action.", callback=valid_text)
+    ],
     note: Annotated[str | None, typer.Option("--note", help="For the record.")] = None,
     journal: RequestJournalOpt = None,
     by: ByOpt = None,
@@ -768,8 +751,10 @@ def approve(
 
 @app.command()
 def deny(
-    run_id: Annotated[str, typer.Argument(help="The parked run.")],
-    op_id: Annotated[str, typer.Argument(help="The op_id of its pending action.")],
+    run_id: Annotated[str, typer.Argument(help="The parked run.", callback=valid_text)],
+    op_id: Annotated[
+        str, typer.Argument(help="The op_id of its pending action.", callback=valid_text)
+    ],
     reason: Annotated[str, typer.Option("--reason", help="Why; the model is shown it (required).")],
     journal: RequestJournalOpt = None,
     by: ByOpt = None,
@@ -820,7 +805,7 @@ def runs(
 
 @app.command()
 def show(
-    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    run_id: Annotated[str, typer.Argument(help="The run to show.", callback=valid_text)],
     journal: JournalOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Full step records as JSON.")] = False,
 ) -> None:
@@ -939,7 +924,7 @@ def view(
 
 @app.command()
 def report(
-    run_id: Annotated[str, typer.Argument(help="The run to write up.")],
+    run_id: Annotated[str, typer.Argument(help="The run to write up.", callback=valid_text)],
     output: Annotated[
         Path | None,
         typer.Option("-o", "--output", help="HTML file to write (default: RUN_ID.html)."),
@@ -1036,6 +1021,7 @@ def _built_loop(loop: Any, journal: Any) -> Any:
 def _journal_spec(journal: str | None, *, must_exist: bool) -> str:
     from polyloop.batch._journals import is_postgres_spec
 
+    from ._check import refuse_damaged
     from ._setup import journal_path
 
     if journal is not None and is_postgres_spec(journal):
@@ -1043,6 +1029,7 @@ def _journal_spec(journal: str | None, *, must_exist: bool) -> str:
     path = journal_path(None if journal is None else Path(journal))
     if must_exist and not path.is_file():
         raise _fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+    refuse_damaged(path)  # the commands that use this one write
     return str(path)
 
 
@@ -1400,8 +1387,6 @@ def recover(
 
 # -- the journal file: `polyloop check` -------------------------------------------------------
 
-EXIT_DAMAGED = ExitCode.DAMAGED
-
 
 @app.command()
 def check(
@@ -1413,18 +1398,20 @@ def check(
         ),
     ] = None,
 ) -> None:
-    """Check that a SQLite journal file is sound: SQLite's full integrity_check, read-only
-    (nothing is written or repaired; it reads the whole file, about 13 s per GB).
+    """Check that a SQLite journal file is sound: SQLite's full integrity_check, then every
+    run's records and steps read as show and resume read them; read-only (nothing is written
+    or repaired; it reads the whole file: about a minute per GB).
 
     Exit codes: 0 sound, 8 damaged (stop using it; recover what SQLite can read with
-    `sqlite3 PATH .recover | sqlite3 recovered.db`, or restore a copy), 1 bad input (no such
-    file, not a PolyLoop journal, a PostgreSQL URI).
+    `sqlite3 PATH .recover | sqlite3 recovered.db`, or restore a copy; the runs it names
+    cannot be read, the others can), 1 bad input (no such file, not a PolyLoop journal, a
+    PostgreSQL URI).
 
     Example: polyloop check --journal polyloop.db
     """
     from polyloop.batch._journals import is_postgres_spec
-    from polyloop.journal.sqlite import check_integrity
 
+    from ._check import check_file
     from ._setup import journal_path
 
     if journal is not None and is_postgres_spec(journal):
@@ -1436,18 +1423,6 @@ def check(
     if not path.is_file():
         raise _fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
     try:
-        found = check_integrity(path)
+        raise typer.Exit(check_file(path))
     except PolyLoopError as exc:
         raise _fail(str(exc)) from None
-    if found.sound:
-        how = "; read immutable: its folder is not writable" if found.immutable else ""
-        print(f"{path}: sound (integrity_check ok, {found.runs} runs{how})")
-        raise typer.Exit(0)
-    shown = "; ".join(found.problems[:3])
-    more = f" (and {len(found.problems) - 3} more)" if len(found.problems) > 3 else ""
-    print(
-        f"{path}: DAMAGED: {shown}{more}. Stop using it (PolyLoop stops writing to it once it "
-        f"meets the damage); recover what SQLite can read with `sqlite3 {path} .recover | "
-        "sqlite3 recovered.db`, or restore a copy"
-    )
-    raise typer.Exit(EXIT_DAMAGED)

@@ -106,6 +106,7 @@ from ..types import (
 )
 from . import _approvals, _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
+from ._sqlite_read import _parse_run
 from ._sqlite_schema import (
     _ADDED_COLUMNS,
     _INSERT_INTENT,
@@ -123,7 +124,7 @@ from ._sqlite_schema import (
 )
 from ._sqlite_writer import _wait_uninterrupted
 from ._state import run_state
-from .sqlite import _Append, _parse_run, _prepare, _run_filters, end_totals
+from .sqlite import _Append, _prepare, _run_filters, end_totals
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

@@ -111,7 +111,6 @@ from ..types import (
     JournalError,
     Lease,
     LeaseLost,
-    Limits,
     ModelAttemptFailed,
     ModelFailure,
     ModelIntent,
@@ -135,9 +134,10 @@ from ..types import (
 )
 from . import _approvals
 from ._owner import new_owner, owner_is_dead
-from ._sqlite_check import IntegrityReport, check_integrity
+from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
 from ._sqlite_process import _ProcessWriter
+from ._sqlite_read import _read_run, _read_steps
 from ._sqlite_schema import (
     _APPROVAL_RECORDS,
     _COUNT_STEPS,
@@ -151,9 +151,6 @@ from ._sqlite_schema import (
     _LEASE_OF,
     _MARK_UNCERTAIN,
     _PENDING_APPROVALS,
-    _READ_RECORDS,
-    _READ_RUN,
-    _READ_STEPS,
     _RECOUNT,
     _RELEASE,
     _REQUEST_COLUMNS,
@@ -162,11 +159,9 @@ from ._sqlite_schema import (
     _UPSERT_CALL,
     _WRITE_REQUEST,
     JOURNAL_SCHEMA_VERSION,
-    _check_journal_version,
     _open_read_only,
     _open_writer,
     _step_row,
-    _steps_from_rows,
 )
 from ._sqlite_writer import (
     _Fn,
@@ -189,6 +184,7 @@ __all__ = [
     "IntegrityReport",
     "SQLiteJournal",
     "check_integrity",
+    "quick_check",
 ]
 
 log = logging.getLogger("polyloop")
@@ -220,12 +216,6 @@ def _dumps(value: object, what: str, run_id: str, backend: str = "SQLite") -> st
         raise TypeError(
             f"run {run_id!r}: the {what} must be JSON-ready to be journaled in {backend} ({exc})"
         ) from exc
-
-
-def _damaged(run_id: str, seq: int, why: str) -> JournalError:
-    return JournalError(
-        f"run {run_id!r}: journal record {seq} {why}; the journal is damaged and was not modified"
-    )
 
 
 def _lease_lost(conn: sqlite3.Cursor, lease: Lease) -> PolyLoopError:
@@ -929,58 +919,6 @@ def _release_fn(lease: Lease) -> _Fn:
 # -- reading (in worker threads) --------------------------------------------------------------
 
 
-def _read_run(conn: sqlite3.Connection, run_id: str) -> tuple[RunSpec, tuple[Record, ...]]:
-    row = conn.execute(
-        _READ_RUN,
-        (run_id,),
-    ).fetchone()
-    if row is None:
-        raise RunNotFound(run_id)
-    rows = conn.execute(_READ_RECORDS, (run_id,)).fetchall()
-    return _parse_run(run_id, row, rows)
-
-
-def _parse_run(
-    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]]
-) -> tuple[RunSpec, tuple[Record, ...]]:
-    """A run's spec and records from its ``runs`` row and ``journal`` rows (any backend).
-
-    Raises:
-        JournalError: a field, a record or the ``seq`` numbering is damaged.
-    """
-    goal, history_json, metadata_json, limits_json, wording, created_at, version = row
-    _check_journal_version(version, f"run {run_id!r}")
-    try:
-        history = json.loads(history_json)
-        metadata = None if metadata_json is None else json.loads(metadata_json)
-        limits = Limits.from_dict(json.loads(limits_json))
-        if not isinstance(history, list) or not (metadata is None or isinstance(metadata, dict)):
-            raise TypeError("history must be a list and metadata an object")
-    except (TypeError, ValueError) as exc:
-        raise JournalError(
-            f"run {run_id!r}: its runs row is damaged ({type(exc).__name__}: {exc}); "
-            "the journal was not modified"
-        ) from exc
-    spec = RunSpec(run_id, goal, limits, created_at, tuple(history), metadata, wording)
-    records: list[Record] = []
-    for expected, (seq, kind, body) in enumerate(rows, start=1):
-        if seq != expected:
-            raise _damaged(
-                run_id, expected, f"is out of order or missing (seq {seq} stands in its place)"
-            )
-        try:
-            data = json.loads(body)
-        except (TypeError, ValueError) as exc:
-            raise _damaged(run_id, seq, f"is not valid JSON ({exc})") from exc
-        if not isinstance(data, dict) or data.get("kind") != kind:
-            raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
-        try:
-            records.append(record_from_dict(data))
-        except JournalError as exc:
-            raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
-    return spec, tuple(records)
-
-
 def _run_filters(
     status: str | None, run_id: str | None, placeholder: str
 ) -> tuple[str, tuple[str, ...]]:
@@ -1026,17 +964,6 @@ def _list_runs(
         d["state"] = run_state(d["status"], d["owner"], d["lease_expires_at"], now)
         out.append(d)
     return out
-
-
-def _read_steps(conn: sqlite3.Connection, run_id: str) -> list[StepRecord]:
-    if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-        raise RunNotFound(run_id)
-    cur = conn.execute(_READ_STEPS, (run_id,))
-    names = [d[0] for d in cur.description]
-    try:
-        return _steps_from_rows(names, cur.fetchall())
-    except TypeError as exc:
-        raise JournalError(f"run {run_id!r}: a steps row is damaged ({exc})") from exc
 
 
 if TYPE_CHECKING:
