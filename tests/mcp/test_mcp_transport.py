@@ -40,7 +40,13 @@ async def raw_answers(log: Path) -> AsyncIterator[ToolRegistry]:
 
 @pytest.mark.parametrize(
     ("kind", "why"),
-    [("deep", "nested too deeply"), ("neither", "neither a result nor an error")],
+    [
+        ("deep", "nested too deeply"),
+        ("neither", "neither a result nor an error"),
+        # read, then refused by the SDK's call_tool (a RuntimeError, a ValidationError)
+        ("unstructured", "output schema but did not return structured content"),
+        ("invalid", "content: Input should be a valid list"),
+    ],
 )
 async def test_an_answer_that_cannot_be_read_fails_the_call_at_once_as_executed(
     faulty_log: Path, kind: str, why: str

@@ -27,6 +27,7 @@ from typing import Any
 
 import mcp_types
 import pydantic
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from polyloop.types import clean_json
@@ -105,7 +106,7 @@ class AnswerReader:
         try:
             message = mcp_types.jsonrpc_message_adapter.validate_python(value, by_name=False)
         except pydantic.ValidationError as exc:
-            why = _answer_problem(value) if answer else _first_error(exc)
+            why = _answer_problem(value) if answer else first_error(exc)
             return self._malformed(text, request, why)
         self._answered(request, message)
         return SessionMessage(message)
@@ -118,12 +119,25 @@ class AnswerReader:
             return ValueError(f"a line that is not JSON-RPC: {why}")
         method = self._waiting.pop(_key(request))
         log.warning("mcp server answered %s %r malformed (%s): %r", method, request, why, text[:80])
-        error = mcp_types.ErrorData(
-            code=MALFORMED_ANSWER,
-            message=f"its answer was malformed ({why}); the call did reach the server, so it "
-            "may have acted",
-        )
+        error = mcp_types.ErrorData(code=MALFORMED_ANSWER, message=malformed(why))
         return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request, error=error))
+
+
+def malformed(why: str) -> str:
+    """The message of a call whose answer could not be read or accepted, for ``why``."""
+    return f"its answer was malformed ({why}); the call did reach the server, so it may have acted"
+
+
+def refused(exc: RuntimeError | pydantic.ValidationError) -> MCPError:
+    """The error of a ``tools/call`` whose answer was read but that the SDK's ``call_tool``
+    then refused (a result that is not a tool result; a tool with an output schema answering
+    without valid ``structuredContent``): the error of an answer that could not be read."""
+    if isinstance(exc, pydantic.ValidationError):
+        why = first_error(exc)
+    else:
+        text = str(exc).strip()
+        why = text.splitlines()[0][:_SHOWN] if text else type(exc).__name__
+    return MCPError(MALFORMED_ANSWER, malformed(why))
 
 
 def _key(request: Any) -> Any:
@@ -149,11 +163,12 @@ def _answer_problem(value: dict[str, Any]) -> str:
     try:
         kind.model_validate(value, by_name=False)
     except pydantic.ValidationError as exc:
-        return _first_error(exc)
+        return first_error(exc)
     return "it is not a JSON-RPC answer"
 
 
-def _first_error(exc: pydantic.ValidationError) -> str:
+def first_error(exc: pydantic.ValidationError) -> str:
+    """The first problem pydantic found, on one line: where, then what."""
     first = exc.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     return f"{where}: {first['msg']}"[:_SHOWN] if where else str(first["msg"])[:_SHOWN]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 import httpx2
 import mcp_types
+import pydantic
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -35,6 +36,7 @@ from polyloop.types import (
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ReconcileHook, Tool, ToolRegistry
+from ._answers import refused
 from ._ops import Tracking, op_of_message, request_meta
 from ._results import result_outcome, write_stored
 from ._stdio import StdioProcess, stdio_transport
@@ -86,6 +88,9 @@ class MCPServer:
       start fails, the step is ``env_error`` (the run stops). An HTTP connection that broke
       is made again the same way; if the server cannot be reached, the call was never sent:
       ``not_executed``;
+    * whose answer cannot be read or is refused by the SDK (not a tool result; no valid
+      ``structuredContent`` from a tool with an output schema) is an **executed** failure at
+      once: "its answer was malformed (why)";
     * that is lost — the server exits or the connection breaks after the request was written
       to it, or no answer comes within ``timeout_s`` — is an **executed** failure: side effects
       may have happened. A request is *sent* once its first byte is written to the server's
@@ -349,6 +354,8 @@ class MCPServer:
             return self._error_outcome(name, exc, sent=op_id in self._sent)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             return self._lost(name, _reason(exc), sent=op_id in self._sent)
+        except (RuntimeError, pydantic.ValidationError) as exc:  # the SDK refused the result
+            return self._error_outcome(name, refused(exc), sent=op_id in self._sent)
         finally:
             self._sent.discard(op_id)
         store = self._store if self._store_dir is not None else None
