@@ -147,6 +147,11 @@ RAW_ANSWERS: dict[str, Callable[[object], str]] = {
     "invalid": lambda i: (
         f'{{"jsonrpc":"2.0","id":{json.dumps(i)},"result":{{"content":"not a list"}}}}'
     ),
+    # 2 MB of text with the id last, as the TypeScript SDK orders an answer.
+    "long_id_last": lambda i: (
+        '{"result":{"content":[{"type":"text","text":"' + "x" * 2_000_000 + '"}]},'
+        f'"jsonrpc":"2.0","id":{json.dumps(i)}}}'
+    ),
 }
 
 
