@@ -301,3 +301,40 @@ async def test_the_callers_own_values_nested_too_deeply_are_a_config_error(
         assert await journal.list_runs() == []
     r = await Loop(ScriptedModel(["done"])).run("g", metadata=deep_dict(MAX_NESTING))
     assert r.stop_reason == StopReason.agent_finished
+
+
+class _Opaque:
+    """A value JSON cannot hold."""
+
+
+def _cyclic() -> dict[str, Any]:
+    value: dict[str, Any] = {"a": 1}
+    value["self"] = value
+    return value
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"a": {1, 2}}, {"a": _Opaque()}, _cyclic(), {"a": [deep_dict(990), {3}]}],
+    ids=["set", "object", "cyclic", "deep-and-a-set"],
+)
+async def test_a_custom_models_arguments_json_cannot_hold_fail_the_attempt_not_the_process(
+    arguments: dict[str, Any], tmp_path: Path
+) -> None:
+    # Only a custom model can send them (an adapter's arguments come from JSON): the reply
+    # breaks ModelReply's contract, so the attempt fails (not retryable) and the run ends
+    # llm_error with its model-failure step, instead of a TypeError out of Loop.run that
+    # leaves the run running with only its model intent.
+    model = ScriptedModel([deep_call(arguments), good_call()])
+    async with SQLiteJournal(tmp_path / "j.db") as journal:
+        r = await Loop(model, tools=adder(), journal=journal, clock=FakeClock()).run(
+            "add", run_id="r"
+        )
+        stored = list(await journal.steps("r"))
+        rebuilt = await Loop(model, tools=adder(), journal=journal).resume("r")
+    assert r.stop_reason == StopReason.llm_error
+    assert r.stop_detail is not None
+    assert r.stop_detail.startswith("MalformedValue: the arguments of the call to 'add'")
+    assert "cannot be written as JSON" in r.stop_detail
+    assert len(r.steps) == 1 and r.steps[0].llm_call_id is None and stored == list(r.steps)
+    assert rebuilt.stop_reason == StopReason.llm_error and rebuilt.steps == r.steps

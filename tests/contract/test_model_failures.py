@@ -41,10 +41,19 @@ def failed_step(step: StepRecord) -> bool:
     return step.llm_call_id is None and not step.parse_ok and step.parse_error is None
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "3", None])
+@pytest.mark.parametrize("bad", [-1, True, False, 1.5, "3", None])
 def test_max_consecutive_model_failures_must_be_a_positive_int(bad: object) -> None:
     with pytest.raises(ConfigError, match="max_consecutive_model_failures"):
         Limits(max_consecutive_model_failures=bad)  # type: ignore[arg-type]
+
+
+def test_a_ceiling_of_zero_model_failures_is_tightened_to_one() -> None:
+    # The seed (awaken-run-termination): zero is tightened to one, so a failing model never
+    # makes a run that does not end; it behaves, and is stored, as the default.
+    limits = Limits(max_consecutive_model_failures=0)
+    assert limits.max_consecutive_model_failures == 1
+    assert limits == Limits()
+    assert "max_consecutive_model_failures" not in limits.to_dict()
 
 
 def test_it_is_stored_with_the_run_only_when_not_the_default() -> None:

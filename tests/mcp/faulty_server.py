@@ -138,6 +138,20 @@ RAW_ANSWERS: dict[str, Callable[[object], str]] = {
     ),
     "deep": _deep,
     "neither": lambda i: f'{{"jsonrpc":"2.0","id":{json.dumps(i)}}}',
+    # answer_raw declares an output schema (it returns a str): no structuredContent here.
+    "unstructured": lambda i: (
+        f'{{"jsonrpc":"2.0","id":{json.dumps(i)},'
+        '"result":{"content":[{"type":"text","text":"no structure"}],"isError":false}}'
+    ),
+    # a valid JSON-RPC answer whose result is not a tool result (content is no list).
+    "invalid": lambda i: (
+        f'{{"jsonrpc":"2.0","id":{json.dumps(i)},"result":{{"content":"not a list"}}}}'
+    ),
+    # 2 MB of text with the id last, as the TypeScript SDK orders an answer.
+    "long_id_last": lambda i: (
+        '{"result":{"content":[{"type":"text","text":"' + "x" * 2_000_000 + '"}]},'
+        f'"jsonrpc":"2.0","id":{json.dumps(i)}}}'
+    ),
 }
 
 

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,18 +30,25 @@ _TIMEOUT_S = 20.0
 
 
 @contextlib.asynccontextmanager
-async def raw_answers(log: Path) -> AsyncIterator[ToolRegistry]:
+async def raw_answers(log: Path, **options: Any) -> AsyncIterator[ToolRegistry]:
     """The fault-injection server with its ``answer_raw`` tool, registered beside ``submit``."""
     tools = with_submit(ToolRegistry())
     env = faulty_env(log, FAULTY_RAW_ANSWERS="1")
-    async with MCPServer.stdio(faulty_argv(), env=env, timeout_s=_TIMEOUT_S) as server:
+    options.setdefault("timeout_s", _TIMEOUT_S)
+    async with MCPServer.stdio(faulty_argv(), env=env, **options) as server:
         await server.register(tools)
         yield tools
 
 
 @pytest.mark.parametrize(
     ("kind", "why"),
-    [("deep", "nested too deeply"), ("neither", "neither a result nor an error")],
+    [
+        ("deep", "nested too deeply"),
+        ("neither", "neither a result nor an error"),
+        # read, then refused by the SDK's call_tool (a RuntimeError, a ValidationError)
+        ("unstructured", "output schema but did not return structured content"),
+        ("invalid", "content: Input should be a valid list"),
+    ],
 )
 async def test_an_answer_that_cannot_be_read_fails_the_call_at_once_as_executed(
     faulty_log: Path, kind: str, why: str

@@ -129,6 +129,9 @@ async def model_phase(
             reply = await d._models[tier].complete(request)
             if not isinstance(reply, ModelReply):
                 raise TypeError(f"the model returned {type(reply).__name__}, not ModelReply")
+            # Before anything records or reads it; a reply that breaks its contract (arguments
+            # JSON cannot hold) is this attempt's failure, as one of the wrong type is.
+            reply, bad = clean_reply(reply)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -177,7 +180,6 @@ async def model_phase(
                 return await wrapping.failed(d, wrap_up, step, info.detail(attempt))
             return await failed(d, step, info.detail(attempt))
         latency = (clock.monotonic() - t) * 1000
-        reply, bad = clean_reply(reply)  # before anything records or reads it
         if reply.usage is not None and (refused := usage_refusal(reply.usage)) is not None:
             reply = refuse_usage(d.run_id, step_idx, attempt, reply, refused)
         call_id = reply.call_id or intent_id

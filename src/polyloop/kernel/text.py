@@ -26,6 +26,7 @@ from ..types import (
     FileEdit,
     FinalAnswer,
     InvalidDecision,
+    MalformedValue,
     ModelReply,
     Outcome,
     ToolCall,
@@ -79,7 +80,12 @@ def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
     Arguments given as a mapping nested more than ``MAX_NESTING`` levels become their JSON
     text (exactly ``ToolCall.arguments_text``, written without recursion), so that nothing
     after this walks them recursively: the reply is journaled and sent back to the model as
-    a string, and the interpreter refuses it as nested too deeply."""
+    a string, and the interpreter refuses it as nested too deeply.
+
+    Raises:
+        MalformedValue: a mapping of arguments holds a value JSON cannot represent (a set, an
+            object, a mapping that contains itself): only a custom model can send that, and
+            the reply breaks its contract; the kernel counts it as the attempt's failure."""
     if _ascii_reply(reply):
         return reply, 0
     text, n = clean_text(reply.text)
@@ -97,9 +103,18 @@ def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
             name, a = clean_text(c.name)
             cid, b = _opt(c.id)
             args = c.arguments
-            if not isinstance(args, str) and nested_deeper(args):
-                args = json_text(dict(args))
-                changed = True
+            if not isinstance(args, str):
+                try:
+                    if nested_deeper(args):
+                        args = json_text(dict(args))
+                        changed = True
+                    else:
+                        canonical_json(args if type(args) is dict else dict(args))
+                except (TypeError, ValueError) as exc:
+                    raise MalformedValue(
+                        f"the arguments of the call to {c.name!r} cannot be written as JSON "
+                        f"({exc}): a ToolCall's arguments must be JSON values"
+                    ) from None
             args, m = clean_json(args)
             if a or b or m or args is not c.arguments:
                 n += a + b + m

@@ -605,7 +605,9 @@ class Limits:
     calls the model again, from A, so ``max_steps`` still bounds it; a step whose model call
     succeeded resets the count. A failed step adds nothing to the conversation: the next call
     is sent the same messages. Resume counts the model-failure steps at the end of the
-    trajectory."""
+    trajectory. 0 is taken as 1 (the seed's rule: a ceiling of zero is tightened to one, so a
+    failing model never turns into a run that does not end); a negative number, a bool or a
+    non-int is a ``ConfigError``."""
 
     def __post_init__(self) -> None:
         _check_limit("max_steps", self.max_steps, optional=False)
@@ -619,6 +621,10 @@ class Limits:
         _check_amount("max_seconds", self.max_seconds)
         _check_limit("no_progress_rounds", self.no_progress_rounds, optional=True)
         _check_limit("spreading_rounds", self.spreading_rounds, optional=True)
+        if type(self.max_consecutive_model_failures) is int and (
+            self.max_consecutive_model_failures == 0
+        ):
+            object.__setattr__(self, "max_consecutive_model_failures", 1)  # tightened to one
         _check_limit(
             "max_consecutive_model_failures", self.max_consecutive_model_failures, optional=False
         )

@@ -16,10 +16,15 @@ lone surrogate such as ``\\udcff``; a byte that is not UTF-8 becomes a lone surr
   in a line that is not JSON) becomes a JSON-RPC error for that request with the code
   :data:`MALFORMED_ANSWER`: the call fails at once, as executed, since the server ran it. A
   line that names no waiting request is logged and dropped.
+
+A line longer than the transport's limit is never held whole (:mod:`._lines`): only its first
+and last bytes reach :meth:`AnswerReader.too_long`, which fails the request they name the same
+way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -27,9 +32,12 @@ from typing import Any
 
 import mcp_types
 import pydantic
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from polyloop.types import clean_json
+
+from ._lines import TooLong
 
 log = logging.getLogger("polyloop.tools.mcp")
 
@@ -42,6 +50,12 @@ _MAX_DEPTH = 200
 _SHOWN = 200
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _COLON = re.compile(r"\s*:\s*")
+# The id as the last member of an answer (``{"result":…,"jsonrpc":"2.0","id":7}``, the order the
+# TypeScript SDK writes), or before a last ``"jsonrpc"`` member.
+_LAST_ID = re.compile(
+    r'[,{]\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*'
+    r'(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z'
+)
 
 
 class AnswerReader:
@@ -76,6 +90,20 @@ class AnswerReader:
         self._answered(getattr(message, "id", None), message)
         return SessionMessage(message)
 
+    def too_long(self, line: TooLong, limit: int) -> SessionMessage | Exception:
+        """What :meth:`read` gives for a line of more than ``limit`` bytes, of which only
+        ``line.head`` and ``line.tail`` were kept: the failure of the request its top-level id
+        names (found in its head, or as its last member), else the exception that drops it."""
+        head = line.head.decode("utf-8", "surrogateescape")
+        request, method = _scan_top_level(head)
+        if request is None and not method:
+            last = _LAST_ID.search(line.tail.decode("utf-8", "surrogateescape"))
+            if last is not None:
+                with contextlib.suppress(ValueError):
+                    request = json.loads(last.group(1))
+        why = f"its line of {line.size} bytes is longer than {limit} bytes, the most read"
+        return self._malformed(head, request, why)
+
     def _answered(self, request: Any, message: Any) -> None:
         if isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
             self._waiting.pop(_key(request), None)
@@ -105,7 +133,7 @@ class AnswerReader:
         try:
             message = mcp_types.jsonrpc_message_adapter.validate_python(value, by_name=False)
         except pydantic.ValidationError as exc:
-            why = _answer_problem(value) if answer else _first_error(exc)
+            why = _answer_problem(value) if answer else first_error(exc)
             return self._malformed(text, request, why)
         self._answered(request, message)
         return SessionMessage(message)
@@ -118,12 +146,25 @@ class AnswerReader:
             return ValueError(f"a line that is not JSON-RPC: {why}")
         method = self._waiting.pop(_key(request))
         log.warning("mcp server answered %s %r malformed (%s): %r", method, request, why, text[:80])
-        error = mcp_types.ErrorData(
-            code=MALFORMED_ANSWER,
-            message=f"its answer was malformed ({why}); the call did reach the server, so it "
-            "may have acted",
-        )
+        error = mcp_types.ErrorData(code=MALFORMED_ANSWER, message=malformed(why))
         return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request, error=error))
+
+
+def malformed(why: str) -> str:
+    """The message of a call whose answer could not be read or accepted, for ``why``."""
+    return f"its answer was malformed ({why}); the call did reach the server, so it may have acted"
+
+
+def refused(exc: RuntimeError | pydantic.ValidationError) -> MCPError:
+    """The error of a ``tools/call`` whose answer was read but that the SDK's ``call_tool``
+    then refused (a result that is not a tool result; a tool with an output schema answering
+    without valid ``structuredContent``): the error of an answer that could not be read."""
+    if isinstance(exc, pydantic.ValidationError):
+        why = first_error(exc)
+    else:
+        text = str(exc).strip()
+        why = text.splitlines()[0][:_SHOWN] if text else type(exc).__name__
+    return MCPError(MALFORMED_ANSWER, malformed(why))
 
 
 def _key(request: Any) -> Any:
@@ -149,11 +190,12 @@ def _answer_problem(value: dict[str, Any]) -> str:
     try:
         kind.model_validate(value, by_name=False)
     except pydantic.ValidationError as exc:
-        return _first_error(exc)
+        return first_error(exc)
     return "it is not a JSON-RPC answer"
 
 
-def _first_error(exc: pydantic.ValidationError) -> str:
+def first_error(exc: pydantic.ValidationError) -> str:
+    """The first problem pydantic found, on one line: where, then what."""
     first = exc.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     return f"{where}: {first['msg']}"[:_SHOWN] if where else str(first["msg"])[:_SHOWN]
@@ -176,9 +218,17 @@ def _too_deep(value: Any) -> bool:
 
 def _top_level_id(text: str) -> Any:
     """The value of the top-level ``"id"`` key of a line that is not JSON as a whole (too
-    deep, or broken after its id), found by one pass over its strings and brackets; None when
-    there is none, it is not a number or a string, or the line has a top-level ``"method"``
-    (a server's own request or notification, whose ids are not ours)."""
+    deep, or broken after its id); None when there is none, it is not a number or a string, or
+    the line has a top-level ``"method"`` (a server's own request or notification, whose ids
+    are not ours)."""
+    found, method = _scan_top_level(text)
+    return None if method else found
+
+
+def _scan_top_level(text: str) -> tuple[Any, bool]:
+    """The top-level ``"id"`` of ``text`` (None: none that is a number or a string) and whether
+    a top-level ``"method"`` key comes before it or after, by one pass over its strings and
+    brackets (``text`` may be cut anywhere after the id)."""
     depth = 0
     found = None
     for token in _STRING_OR_BRACKET.finditer(text):
@@ -192,9 +242,9 @@ def _top_level_id(text: str) -> Any:
             if colon is None:
                 continue
             if word == '"method"':
-                return None
+                return None, True
             try:
                 found, _ = json.JSONDecoder().raw_decode(text, colon.end())
             except (ValueError, RecursionError):
-                return None
-    return found if _key(found) is not None else None
+                return None, False
+    return (found if _key(found) is not None else None), False

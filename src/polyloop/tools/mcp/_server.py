@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 import httpx2
 import mcp_types
+import pydantic
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -36,6 +37,8 @@ from polyloop.types import (
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ReconcileHook, Tool, ToolRegistry
+from ._answers import refused
+from ._lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from ._ops import Tracking, op_of_message, request_meta
 from ._results import result_outcome, write_stored
 from ._stdio import StdioProcess, stdio_transport
@@ -87,6 +90,9 @@ class MCPServer:
       start fails, the step is ``env_error`` (the run stops). An HTTP connection that broke
       is made again the same way; if the server cannot be reached, the call was never sent:
       ``not_executed``;
+    * whose answer cannot be read (a stdio line over ``max_line_bytes`` too) or is refused by
+      the SDK (not a tool result; no valid ``structuredContent`` from a tool with an output
+      schema) is an **executed** failure at once: "its answer was malformed (why)";
     * that is lost — the server exits or the connection breaks after the request was written
       to it, or no answer comes within ``timeout_s`` — is an **executed** failure: side effects
       may have happened. A request is *sent* once its first byte is written to the server's
@@ -117,6 +123,10 @@ class MCPServer:
             ``Outcome.truncated_chars`` (so in the step's ``observation_truncated_chars``).
             None: no cap, the journal keeps every character (three times: in the action's
             result record, the step record and ``steps.observation``).
+        max_line_bytes: the longest line read whole from a stdio server, in bytes (an int >=
+            65,536; default 64 MiB). A longer one is dropped as it arrives, but for its first
+            and last 4 KiB: the call its ``id`` names fails at once as a malformed answer
+            (executed). Not used by HTTP servers.
         texts: the wording of PolyLoop's own observations about calls.
     """
 
@@ -132,6 +142,7 @@ class MCPServer:
         connect_timeout_s: float = 30.0,
         store_dir: str | Path | None = None,
         max_output_chars: int | None = DEFAULT_MAX_OUTPUT_CHARS,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         texts: MCPTexts = DEFAULT_MCP_TEXTS,
     ) -> None:
         if (argv is None) == (url is None):
@@ -147,6 +158,7 @@ class MCPServer:
             "MCPServer connect_timeout_s", connect_timeout_s, above=True, unit=" of seconds"
         )
         check_max_output_chars("MCPServer", max_output_chars, optional=True)
+        check_max_line_bytes("MCPServer", max_line_bytes)
         self.kind: Literal["stdio", "http"] = "stdio" if argv is not None else "http"
         self.argv = tuple(argv) if argv is not None else None
         self.url = url
@@ -157,6 +169,7 @@ class MCPServer:
         self.connect_timeout_s = connect_timeout_s
         self._store_dir = Path(store_dir) if store_dir is not None else None
         self.max_output_chars = max_output_chars
+        self.max_line_bytes = max_line_bytes
         self.texts = texts
         self._conn: _Connection | None = None
         self._lock = asyncio.Lock()
@@ -352,6 +365,8 @@ class MCPServer:
             return self._error_outcome(name, exc, sent=op_id in self._sent)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             return self._lost(name, _reason(exc), sent=op_id in self._sent)
+        except (RuntimeError, pydantic.ValidationError) as exc:  # the SDK refused the result
+            return self._error_outcome(name, refused(exc), sent=op_id in self._sent)
         finally:
             self._sent.discard(op_id)
         store = self._store if self._store_dir is not None else None
@@ -465,7 +480,11 @@ class MCPServer:
                 if self.argv is not None:
                     streams, conn.process = await stack.enter_async_context(
                         stdio_transport(
-                            self.argv, env=self._env, cwd=self._cwd, on_write=self._on_write
+                            self.argv,
+                            env=self._env,
+                            cwd=self._cwd,
+                            on_write=self._on_write,
+                            max_line_bytes=self.max_line_bytes,
                         )
                     )
                 else:

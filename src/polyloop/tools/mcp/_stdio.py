@@ -23,6 +23,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 
 from ._answers import AnswerReader
+from ._lines import DEFAULT_MAX_LINE_BYTES, MIN_LINE_BYTES, LineSplitter, TooLong
 
 log = logging.getLogger("polyloop.tools.mcp")
 
@@ -31,6 +32,7 @@ log = logging.getLogger("polyloop.tools.mcp")
 _EXIT_GRACE_S = 2.0
 _TERM_GRACE_S = 2.0
 _STDERR_LINES = 20
+_STDERR_LINE_BYTES = MIN_LINE_BYTES  # of a longer stderr line, its first KEPT_BYTES are kept
 # The shell tool's supervisor: its ``--exec`` mode arms the parent-death signal, then execs.
 _SUPERVISOR = Path(__file__).resolve().parents[1] / "builtin" / "_supervisor.py"
 
@@ -76,10 +78,14 @@ async def stdio_transport(
     env: Mapping[str, str] | None,
     cwd: str | None,
     on_write: Callable[[Any, bool], None],
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> AsyncIterator[tuple[Streams, StdioProcess]]:
     """Start ``argv`` in a new process group (what ends it when PolyLoop dies: see
     :func:`server_command`) and bridge its stdin/stdout to the session's streams (the lines it
-    writes are read by :class:`~._answers.AnswerReader`).
+    writes are read by :class:`~._answers.AnswerReader`). At most ``max_line_bytes`` of one
+    stdout line are held (a longer one is dropped as it arrives and fails the request it
+    names: :meth:`~._answers.AnswerReader.too_long`); a stderr line is kept to its first
+    :data:`_STDERR_LINE_BYTES` bytes.
     ``on_write(message, True)`` is called for each JSON-RPC message just before its bytes are
     written to the server (a request it names may reach the server from then on), and
     ``on_write(message, False)`` if that write then fails (the server has stopped reading: a
@@ -106,14 +112,14 @@ async def stdio_transport(
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
-        buffer = b""
+        lines = LineSplitter(max_line_bytes)
         try:
             async with read_in:
                 async for chunk in process.stdout:
-                    lines = (buffer + chunk).split(b"\n")
-                    buffer = lines.pop()
-                    for line in lines:
-                        if line.strip():
+                    for line in lines.feed(chunk):
+                        if isinstance(line, TooLong):
+                            await read_in.send(reader.too_long(line, max_line_bytes))
+                        elif line.strip():
                             await read_in.send(reader.read(line))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
@@ -122,13 +128,12 @@ async def stdio_transport(
 
     async def stderr_reader() -> None:
         assert process.stderr is not None
-        buffer = b""
+        lines = LineSplitter(_STDERR_LINE_BYTES)
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async for chunk in process.stderr:
-                lines = (buffer + chunk).split(b"\n")
-                buffer = lines.pop()
-                for line in lines:
-                    text = line.decode("utf-8", "replace")
+                for line in lines.feed(chunk):
+                    raw = line.head if isinstance(line, TooLong) else line
+                    text = raw.decode("utf-8", "replace")
                     server.stderr_tail.append(text)
                     log.debug("mcp server %d: %s", process.pid, text)
 
