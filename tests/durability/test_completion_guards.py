@@ -317,3 +317,42 @@ async def test_the_feedback_survives_the_cut_of_a_long_tool_text() -> None:
     assert step.observation == "no\n\nsubmitted a" and step.observation_truncated_chars == 6
     seen = model.requests[1].messages[-1]["content"]
     assert seen.startswith("no\n\nsubmi") and "submitted a" not in seen
+
+
+async def test_a_run_cancelled_while_the_result_before_the_guards_is_written_keeps_the_step() -> (
+    None
+):
+    # The action's result is written alone before the guards run; a cancellation during that
+    # write (the Journal seam finishes it: it is durable) must still leave the executed step.
+    from polyloop.journal import MemoryJournal
+    from polyloop.types import ActionResult
+
+    class CancelAfterResult(MemoryJournal):
+        task: asyncio.Task[object] | None = None
+
+        async def append(self, lease: object, records: tuple[object, ...]) -> None:
+            await super().append(lease, records)  # type: ignore[arg-type]
+            if self.task is not None and [type(r) for r in records] == [ActionResult]:
+                self.task.cancel()
+                await asyncio.sleep(0)  # the cancellation lands here, the write being durable
+
+    log: list[str] = []
+    journal = CancelAfterResult()
+    loop = Loop(
+        ScriptedModel([call("done", {"answer": "a"})]),
+        tools=make_tools(log),
+        guards=[RunEndGuard(lambda ctx: Complete(), on_task_completed=True)],
+        journal=journal,
+    )
+    task = asyncio.create_task(loop.run("g", run_id="k"))
+    journal.task = task
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    _, records = await journal.read("k")
+    results = [x for x in records if isinstance(x, ActionResult)]
+    steps = [x.step for x in records if isinstance(x, StepWritten)]
+    end = records[-1]
+    assert len(results) == 1 and log == ["done a"]  # written once, executed once
+    assert [s.tool_name for s in steps] == ["done"]
+    assert isinstance(end, RunEnd) and end.stop_reason == StopReason.cancelled
+    assert end.steps_used == 1 and end.actions_executed == 1

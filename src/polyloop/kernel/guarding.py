@@ -98,11 +98,16 @@ async def judge_completion(
     its executed step."""
     if not any(g.on_task_completed for g in d.cfg.guards):
         return records, None, None
-    if not durable:
-        await d._write((result,))
-        records = records[1:]
     completion: CompletionKind = "marker" if result.outcome.marker else "environment"
     try:
+        if not durable:
+            # A write the run's cancellation interrupts is finished by the Journal seam (it
+            # is durable): the result is then not written again below.
+            rest = records[1:]
+            try:
+                await d._write((result,))
+            finally:
+                records = rest
         verdicts, steer, bad = await check(d, sc.step_idx, sc.reply.text, completion, step, sc)
     except asyncio.CancelledError:  # the run is cancelled: its executed step is kept, unjudged
         await d._write((*records, d._add_to_context(step, sc.reply, cut)))
