@@ -62,6 +62,20 @@ def test_check_reports_records_the_reading_commands_call_damaged(cli: CLI) -> No
     assert cli("show", "run-000", "--journal", "j.db").code == 0
 
 
+def test_a_record_body_nested_too_deeply_to_decode_is_damage_not_a_crash(cli: CLI) -> None:
+    db = cli.cwd / "j.db"
+    asyncio.run(write_runs(db, 2))
+    deep = '{"kind": "model_intent", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    update(db, "UPDATE journal SET body = ? WHERE run_id = ? AND seq = 1", deep, "run-001")
+    found = cli("check", "--journal", "j.db")
+    assert found.code == DAMAGED, found
+    assert "run 'run-001': journal record 1 is not valid JSON" in found.out, found
+    assert "1 of 2 runs cannot be read" in found.out, found
+    shown = cli("show", "run-001", "--journal", "j.db")
+    assert_one_line_error(shown)
+    assert "run 'run-001': journal record 1 " in shown.err, shown
+
+
 def test_writing_commands_refuse_a_file_damaged_at_page_level_in_one_line(
     cli: CLI, tmp_path: Path
 ) -> None:

@@ -52,7 +52,7 @@ def _parse_run(
         limits = Limits.from_dict(json.loads(limits_json))
         if not isinstance(history, list) or not (metadata is None or isinstance(metadata, dict)):
             raise TypeError("history must be a list and metadata an object")
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise JournalError(
             f"run {run_id!r}: its runs row is damaged ({type(exc).__name__}: {exc}); "
             "the journal was not modified"
@@ -66,7 +66,7 @@ def _parse_run(
             )
         try:
             data = json.loads(body)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: too deep
             raise _damaged(run_id, seq, f"is not valid JSON ({exc})") from exc
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
