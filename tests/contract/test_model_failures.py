@@ -137,3 +137,43 @@ async def test_resume_rebuilds_the_count_of_failed_steps_from_the_journal(
     assert len(model.seen) == calls_on_resume
     assert r.stop_reason == StopReason.llm_error and r.steps_used == 3
     assert all(failed_step(s) for s in r.steps)
+
+
+@pytest.mark.parametrize("after", ["5", float("nan"), -3.0, True])
+async def test_a_custom_models_retry_after_that_is_not_seconds_counts_as_not_said(
+    after: object,
+) -> None:
+    # Read once where the model's exception enters: no raw TypeError out of Loop.run, no
+    # comparison with NaN; the retry policy's own backoff applies.
+    seen: list[int] = []
+
+    def model(request: ModelRequest) -> ModelReply:
+        seen.append(request.attempt)
+        if request.attempt == 1:
+            raise ModelCallError("busy", retryable=True, retry_after=after, kind="rate_limit")  # type: ignore[arg-type]
+        return ModelReply("done")
+
+    journal = MemoryJournal()
+    r = await Loop(
+        FunctionModel(model), tools=make_tools(), journal=journal, clock=FakeClock()
+    ).run("g", run_id="r")
+    assert r.stop_reason == StopReason.agent_finished and seen == [1, 2]
+    _, records = await journal.read("r")
+    failed = [x for x in records if type(x).__name__ == "ModelAttemptFailed"]
+    assert len(failed) == 1 and failed[0].error.retry_after is None
+
+
+async def test_a_retry_after_of_forever_makes_the_failure_final_even_with_no_cap() -> None:
+    from polyloop import RetryPolicy
+
+    def model(request: ModelRequest) -> ModelReply:
+        raise ModelCallError("come back never", retryable=True, retry_after=float("inf"))
+
+    r = await Loop(
+        FunctionModel(model),
+        tools=make_tools(),
+        clock=FakeClock(),
+        retry=RetryPolicy(max_attempts=5, max_retry_after_s=None),
+    ).run("g")
+    assert r.stop_reason == StopReason.llm_error
+    assert r.stop_detail is not None and "retryable=False, attempts=1" in r.stop_detail

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import math
 import random
 
 from ..types import (
@@ -40,11 +41,19 @@ log = logging.getLogger("polyloop")
 
 
 def error_info(exc: BaseException) -> tuple[ErrorInfo, int]:
-    """A model call's exception as journaled, its texts cleaned; the count replaced."""
+    """A model call's exception as journaled, its texts cleaned; the count replaced.
+
+    A custom model's ``ModelCallError`` is read here, once: a ``retry_after`` that is not a
+    number of seconds >= 0 (a str, NaN, negative) counts as not said; an infinite one ("wait
+    forever") makes the failure final; ``retryable`` is true only when it is ``True``."""
     if isinstance(exc, ModelCallError):
-        info = ErrorInfo(
-            type(exc).__name__, str(exc.message), str(exc.kind), exc.retryable, exc.retry_after
-        )
+        after = exc.retry_after
+        retryable = exc.retryable is True
+        if isinstance(after, bool) or not isinstance(after, int | float) or not after >= 0:
+            after = None
+        elif after == math.inf:
+            after, retryable = None, False
+        info = ErrorInfo(type(exc).__name__, str(exc.message), str(exc.kind), retryable, after)
     else:
         info = ErrorInfo(type(exc).__name__, str(exc))
     return clean_error(info)
