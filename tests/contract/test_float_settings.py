@@ -172,3 +172,19 @@ def test_an_infinite_budget_an_older_version_stored_reads_as_no_limit() -> None:
     assert limits.max_cost is None and limits.max_seconds is None
     with pytest.raises(ConfigError):
         Limits.from_dict({**Limits().to_dict(), "max_cost": math.nan})
+
+
+@pytest.mark.parametrize("make", [lambda v: Pricing(v, 1.0), lambda v: Pricing(1.0, v)])
+def test_a_price_that_makes_a_believable_usage_cost_infinite_is_refused(make: Any) -> None:
+    # Pricing(1e308, 0) priced 10**6 tokens at inf dollars: live totals and those the
+    # journal's reader believes would disagree. Prices stop below MAX_PRICE_PER_MTOK.
+    from polyloop.types import Usage
+    from polyloop.types._checks import MAX_PRICE_PER_MTOK, MAX_REPORTED
+
+    with pytest.raises(ConfigError, match="per_mtok must be >= 0 and < 100000"):
+        make(1e308)
+    with pytest.raises(ConfigError, match="per_mtok"):
+        make(MAX_PRICE_PER_MTOK)
+    dearest = Pricing(MAX_PRICE_PER_MTOK - 1, MAX_PRICE_PER_MTOK - 1)
+    cost = dearest.cost(Usage(MAX_REPORTED, MAX_REPORTED))
+    assert math.isfinite(cost) and cost <= MAX_REPORTED

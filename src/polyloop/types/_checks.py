@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ._usage import Usage
 
 __all__ = [
+    "MAX_PRICE_PER_MTOK",
     "MAX_REPORTED",
     "check_amount",
     "check_limit",
@@ -31,6 +32,11 @@ MAX_REPORTED = 10**12
 """The largest token count (or cost in US dollars) one model call may report and be believed:
 no call reads or writes a trillion tokens, and the run's totals stay exact integers that every
 journal's columns hold."""
+
+MAX_PRICE_PER_MTOK = 100_000
+"""A ``Pricing`` field must be below this many US dollars per million tokens (the dearest
+models cost hundreds): priced at less, a believable usage costs a finite amount below
+:data:`MAX_REPORTED`, so a run's live totals and those a reader of its journal believes agree."""
 
 
 _REPR = reprlib.Repr()

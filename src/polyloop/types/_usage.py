@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import check_number, usage_refusal
+from ._checks import MAX_PRICE_PER_MTOK, check_number, usage_refusal
 from ._fast import fast_init
 
 __all__ = ["Pricing", "Usage", "usage_from"]
@@ -91,10 +91,16 @@ class Pricing:
     cached_input_per_mtok: float | None = None
 
     def __post_init__(self) -> None:
-        check_number("Pricing.input_per_mtok", self.input_per_mtok)
-        check_number("Pricing.output_per_mtok", self.output_per_mtok)
+        # Below MAX_PRICE_PER_MTOK, a believable usage (at most MAX_REPORTED tokens) always
+        # costs a finite amount that the journal's reader believes too.
+        below = MAX_PRICE_PER_MTOK
+        check_number("Pricing.input_per_mtok", self.input_per_mtok, below=below)
+        check_number("Pricing.output_per_mtok", self.output_per_mtok, below=below)
         check_number(
-            "Pricing.cached_input_per_mtok", self.cached_input_per_mtok, none="the input price"
+            "Pricing.cached_input_per_mtok",
+            self.cached_input_per_mtok,
+            below=below,
+            none="the input price",
         )
 
     def cost(self, usage: Usage) -> float:
