@@ -338,3 +338,15 @@ async def test_a_custom_models_arguments_json_cannot_hold_fail_the_attempt_not_t
     assert "cannot be written as JSON" in r.stop_detail
     assert len(r.steps) == 1 and r.steps[0].llm_call_id is None and stored == list(r.steps)
     assert rebuilt.stop_reason == StopReason.llm_error and rebuilt.steps == r.steps
+
+
+async def test_deep_arguments_in_any_mapping_are_an_invalid_decision() -> None:
+    # A ToolCall's arguments may be any mapping, not only a dict: measured the same.
+    from types import MappingProxyType
+
+    model = ScriptedModel([deep_call(MappingProxyType({"a": deep_dict(990)})), good_call()])
+    r = await Loop(model, tools=adder(), clock=FakeClock()).run("add")
+    assert r.steps[0].parse_ok is False
+    assert r.steps[0].parse_error is not None
+    assert "nested too deeply (more than 100 levels)" in r.steps[0].parse_error
+    assert r.steps[1].action_status is not None

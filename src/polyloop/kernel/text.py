@@ -110,7 +110,7 @@ def clean_reply(reply: ModelReply) -> tuple[ModelReply, int]:
                         changed = True
                     else:
                         canonical_json(args if type(args) is dict else dict(args))
-                except (TypeError, ValueError) as exc:
+                except (TypeError, ValueError, RecursionError) as exc:
                     raise MalformedValue(
                         f"the arguments of the call to {c.name!r} cannot be written as JSON "
                         f"({exc}): a ToolCall's arguments must be JSON values"

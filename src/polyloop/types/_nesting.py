@@ -12,7 +12,7 @@ nested more than :data:`MAX_NESTING` levels, before anything recursive touches i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._values import canonical_json
@@ -41,16 +41,21 @@ class NestedTooDeeply(ValueError):
         self.limit = limit
 
 
+_CONTAINERS = frozenset((dict, list, tuple))
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
     """``value`` nests more than ``limit`` levels of dicts, lists and tuples (``{}`` is one
     level, ``{"a": [1]}`` two), found without recursion and as soon as the level is passed (a
-    value that contains itself is deeper than any limit). Other mappings and sequences count
-    as scalars, as ``canonical_json`` cannot write them either."""
+    value that contains itself is deeper than any limit). Other mappings count as dicts (the
+    arguments of a ``ToolCall`` may be any mapping); other sequences count as scalars, as
+    ``canonical_json`` cannot write them either."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
         v, level = pop()
-        if isinstance(v, dict):
+        if type(v) is dict or isinstance(v, Mapping):  # a dict checked first: the common case
             children: Any = v.values()
         elif isinstance(v, list | tuple):
             children = v
@@ -59,7 +64,10 @@ def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
         if level > limit:
             return True
         for child in children:
-            if isinstance(child, dict | list | tuple):
+            t = type(child)
+            if t in _CONTAINERS or (
+                t not in _SCALARS and isinstance(child, Mapping | list | tuple)
+            ):
                 push((child, level + 1))
     return False
 
