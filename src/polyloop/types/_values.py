@@ -551,7 +551,8 @@ class Limits:
 
     ``max_steps`` is always a positive int (the hard backstop); the others may be None
     (unbounded, never ``inf``). Any value <= 0, a bool, NaN or ``inf`` raises
-    :class:`ConfigError` here, at construction.
+    :class:`ConfigError` here, at construction; but ``max_consecutive_model_failures=0`` is
+    taken as 1 (see there).
     """
 
     max_steps: int = 30
