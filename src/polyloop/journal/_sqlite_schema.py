@@ -14,13 +14,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from ..types import STEP_SCHEMA_VERSION, JournalError, StepRecord
 from ._sqlite_damage import _damaged_error, _is_damage
 
-if TYPE_CHECKING:
-    from .sqlite import Durability
+Durability = Literal["full", "normal"]
+"""``SQLiteJournal(durability=...)``: ``synchronous=FULL`` or ``NORMAL``."""
 
 log = logging.getLogger("polyloop")
 

@@ -159,6 +159,7 @@ from ._sqlite_schema import (
     _UPSERT_CALL,
     _WRITE_REQUEST,
     JOURNAL_SCHEMA_VERSION,
+    Durability,
     _open_read_only,
     _open_writer,
     _step_row,
@@ -188,8 +189,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("polyloop")
-
-Durability = Literal["full", "normal"]
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """PolyLoop's value types: no I/O, no imports from the rest of PolyLoop (layout.md rule 1)."""
 
-from ._checks import check_number, usage_refusal
+from ._checks import check_number
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import (
     AlreadyDecided,
@@ -91,6 +91,7 @@ from ._requests import EndRequest, RequestHappened, RequestKind, RequestResult
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
+from ._usage import usage_refusal
 from ._values import (
     TAMPERING_SIGNS,
     Action,

@@ -11,12 +11,8 @@ from __future__ import annotations
 import math
 import reprlib
 import sys
-from typing import TYPE_CHECKING
 
 from ._errors import ConfigError
-
-if TYPE_CHECKING:
-    from ._usage import Usage
 
 __all__ = [
     "MAX_PRICE_PER_MTOK",
@@ -25,7 +21,6 @@ __all__ = [
     "check_limit",
     "check_number",
     "trusted_cost",
-    "usage_refusal",
 ]
 
 MAX_REPORTED = 10**12
@@ -108,44 +103,9 @@ def check_amount(name: str, value: object) -> None:
     check_number(name, value, above=True, none="no limit")
 
 
-def _count_ok(n: object) -> bool:
-    return n is None or (type(n) is int and 0 <= n <= MAX_REPORTED)
-
-
 def trusted_cost(value: object) -> float | None:
     """A reported cost in US dollars when it can be believed (a finite int or float, not a
     bool, from 0 to :data:`MAX_REPORTED`), else None."""
     if (type(value) is float or type(value) is int) and 0 <= value <= MAX_REPORTED:  # NaN fails
         return float(value)
     return None
-
-
-def usage_refusal(usage: Usage) -> str | None:
-    """None when every value of ``usage`` can be believed; else the refused values, e.g.
-    ``"input_tokens=-5, cost_usd=nan"``. A token count must be an int (not a bool) from 0 to
-    :data:`MAX_REPORTED`, a cost a finite number in that range. Cheap when all is well (it is
-    called for every model reply)."""
-    m = MAX_REPORTED
-    i, o, c, r = (
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cached_tokens,
-        usage.reasoning_tokens,
-    )
-    cost = usage.cost_usd
-    if (  # inline: no call per field
-        (i is None or (type(i) is int and 0 <= i <= m))
-        and (o is None or (type(o) is int and 0 <= o <= m))
-        and (c is None or (type(c) is int and 0 <= c <= m))
-        and (r is None or (type(r) is int and 0 <= r <= m))
-        and (cost is None or ((type(cost) is float or type(cost) is int) and 0 <= cost <= m))
-    ):
-        return None
-    refused = [
-        f"{name}={_shown(getattr(usage, name))}"
-        for name in ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
-        if not _count_ok(getattr(usage, name))
-    ]
-    if cost is not None and trusted_cost(cost) is None:
-        refused.append(f"cost_usd={_shown(cost)}")
-    return ", ".join(refused)

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import MAX_PRICE_PER_MTOK, check_number, usage_refusal
+from ._checks import MAX_PRICE_PER_MTOK, MAX_REPORTED, _shown, check_number, trusted_cost
 from ._fast import fast_init
 
-__all__ = ["Pricing", "Usage", "usage_from"]
+__all__ = ["Pricing", "Usage", "usage_from", "usage_refusal"]
 
 
 @fast_init
@@ -117,3 +117,38 @@ class Pricing:
             + cached * cached_price
             + (usage.output_tokens or 0) * self.output_per_mtok
         ) / 1_000_000
+
+
+def _count_ok(n: object) -> bool:
+    return n is None or (type(n) is int and 0 <= n <= MAX_REPORTED)
+
+
+def usage_refusal(usage: Usage) -> str | None:
+    """None when every value of ``usage`` can be believed; else the refused values, e.g.
+    ``"input_tokens=-5, cost_usd=nan"``. A token count must be an int (not a bool) from 0 to
+    :data:`MAX_REPORTED`, a cost a finite number in that range. Cheap when all is well (it is
+    called for every model reply)."""
+    m = MAX_REPORTED
+    i, o, c, r = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cached_tokens,
+        usage.reasoning_tokens,
+    )
+    cost = usage.cost_usd
+    if (  # inline: no call per field
+        (i is None or (type(i) is int and 0 <= i <= m))
+        and (o is None or (type(o) is int and 0 <= o <= m))
+        and (c is None or (type(c) is int and 0 <= c <= m))
+        and (r is None or (type(r) is int and 0 <= r <= m))
+        and (cost is None or ((type(cost) is float or type(cost) is int) and 0 <= cost <= m))
+    ):
+        return None
+    refused = [
+        f"{name}={_shown(getattr(usage, name))}"
+        for name in ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
+        if not _count_ok(getattr(usage, name))
+    ]
+    if cost is not None and trusted_cost(cost) is None:
+        refused.append(f"cost_usd={_shown(cost)}")
+    return ", ".join(refused)
