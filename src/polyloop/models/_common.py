@@ -21,7 +21,6 @@ __all__ = [
     "bad_response",
     "by_status",
     "content_filtered",
-    "count",
     "cut_off",
     "describe",
     "drain",
@@ -53,15 +52,6 @@ def arguments_object(arguments: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def count(value: object) -> Any:
-    """A token count as the provider reported it, for ``Usage``: None when absent (None or
-    JSON null), else ``value`` unchanged, whatever it is: a count that cannot be believed
-    (negative, a float, a string) is the kernel's to refuse with the whole usage
-    (:func:`polyloop.types.usage_refusal`), never dropped here (that would count the
-    attempt's other tokens as if all were reported)."""
-    return value
 
 
 def add_counts(*values: Any) -> Any:

@@ -85,7 +85,6 @@ from ._common import (
     bad_response,
     by_status,
     content_filtered,
-    count,
     cut_off,
     describe,
     drain,
@@ -646,11 +645,11 @@ def _usage(reported: Any) -> Usage | None:
     if reported is None:
         return None
     parts = [
-        count(getattr(reported, field, None))
+        getattr(reported, field, None)
         for field in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     ]
     total = add_counts(*parts)
-    output = count(getattr(reported, "output_tokens", None))
+    output = getattr(reported, "output_tokens", None)
     if total is None and output is None:
         return None
     details = getattr(reported, "output_tokens_details", None)
@@ -658,7 +657,7 @@ def _usage(reported: Any) -> Usage | None:
         total,
         output,
         cached_tokens=parts[1],
-        reasoning_tokens=count(getattr(details, "thinking_tokens", None)),
+        reasoning_tokens=getattr(details, "thinking_tokens", None),
     )
 
 

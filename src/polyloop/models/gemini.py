@@ -78,7 +78,6 @@ from ._common import (
     arguments_object,
     bad_response,
     content_filtered,
-    count,
     cut_off,
     describe,
     drain,
@@ -570,13 +569,13 @@ def _declarations(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def _usage(reported: Any) -> Usage | None:
     if reported is None:
         return None
-    prompt = count(getattr(reported, "prompt_token_count", None))
-    candidates = count(getattr(reported, "candidates_token_count", None))
-    thoughts = count(getattr(reported, "thoughts_token_count", None))
+    prompt = getattr(reported, "prompt_token_count", None)
+    candidates = getattr(reported, "candidates_token_count", None)
+    thoughts = getattr(reported, "thoughts_token_count", None)
     output = add_counts(candidates, thoughts)
     if prompt is None and output is None:
         return None
-    cached = count(getattr(reported, "cached_content_token_count", None))
+    cached = getattr(reported, "cached_content_token_count", None)
     return Usage(prompt, output, cached_tokens=cached, reasoning_tokens=thoughts)
 
 

@@ -71,7 +71,6 @@ from ._common import (
     bad_response,
     by_status,
     content_filtered,
-    count,
     cut_off,
     describe,
     drain,
@@ -443,8 +442,8 @@ def _usage(
     ``input_tokens``/``output_tokens``); None when neither count is reported."""
     if reported is None:
         return None
-    prompt = count(getattr(reported, input, None))
-    completion = count(getattr(reported, output, None))
+    prompt = getattr(reported, input, None)
+    completion = getattr(reported, output, None)
     if prompt is None and completion is None:
         return None
     prompt_details = getattr(reported, f"{input}_details", None)
@@ -452,8 +451,8 @@ def _usage(
     return Usage(
         prompt,
         completion,
-        cached_tokens=count(getattr(prompt_details, "cached_tokens", None)),
-        reasoning_tokens=count(getattr(completion_details, "reasoning_tokens", None)),
+        cached_tokens=getattr(prompt_details, "cached_tokens", None),
+        reasoning_tokens=getattr(completion_details, "reasoning_tokens", None),
     )
 
 
