@@ -1,0 +1,415 @@
+"""Many runs: ``polyloop batch`` and ``polyloop recover`` (callers of :mod:`polyloop.batch`),
+with their live progress and the Loops they build from a run's stored config."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from polyloop import PolyLoopError
+
+from . import _render
+from ._common import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_ALL_ENDED,
+    RequestJournalOpt,
+    T,
+    call,
+    fail,
+    journal_spec,
+)
+from ._options import RunOptions, run_options
+from ._setup import BadInput, build_loop, finite, run_config
+
+
+def batch_loop(config: dict[str, Any], journal: Any) -> Any:
+    """The Loop of a batch started by the command, from its stored config (module-level, so
+    Ray workers can import it)."""
+    from polyloop import Limits, Loop
+    from polyloop.tools.builtin import workspace_tools
+
+    from ._setup import _model
+
+    tools = workspace_tools(Path(config["workspace"]), shell="shell" in config["tools"])
+    limits = Limits.from_dict(config["limits"])
+    return Loop(_model(config), tools=tools, journal=journal, limits=limits)
+
+
+def factory_loop(config: dict[str, Any], journal: Any) -> Any:
+    """The Loop of a batch started with ``--loop module:function``: that factory's Loop (the
+    run's limits are the command's, stored with it; module-level, so Ray workers can import
+    it)."""
+    from polyloop.batch import resolve_factory
+
+    return resolve_factory(config["loop"])(journal)
+
+
+def _loop_config(loop: str, options: RunOptions) -> dict[str, Any]:
+    """The stored config of a batch whose Loop comes from a ``module:function`` factory
+    (checked here: a bad path is one line, before anything is written): the run options'
+    limits; the options that build a model or tools belong to the factory and are refused."""
+    from polyloop.batch import resolve_factory
+
+    limit_flags = {
+        "--max-steps", "--max-actions", "--max-prompt-chars", "--max-tokens", "--max-cost",
+        "--max-seconds", "--same-failure-limit", "--no-progress-rounds", "--spreading-rounds",
+        "--known-failure", "--baseline",
+    }  # fmt: skip
+    other = [flag for flag in options.changed() if flag not in limit_flags]
+    if other:
+        raise BadInput(
+            f"{', '.join(other)}: not with --loop (the factory's Loop has its own model and "
+            "tools; only the budgets and the failure guard's options apply)"
+        )
+    resolve_factory(loop)
+    return {"loop": loop, "limits": options.limits()}
+
+
+def _built_loop(loop: Any, journal: Any) -> Any:
+    """A Loop factory handing out a Loop already built on that journal."""
+    return loop
+
+
+class _BatchProgress:
+    """Live progress of a batch: one updating line on a terminal, a line per finished run
+    otherwise."""
+
+    def __init__(self) -> None:
+        self.live: Any = None
+        self.finished = -1
+
+    @staticmethod
+    def text(p: Any) -> str:
+        reasons = ", ".join(f"{k} {v}" for k, v in p.by_stop_reason.items())
+        extra = "".join(
+            f"  {name} {n}"
+            for name, n in (("leased", p.leased), ("detached", p.detached), ("errors", p.errors))
+            if n
+        )
+        return f"done {p.done}/{p.total}  running {p.running}{extra}" + (
+            f"  | {reasons}" if reasons else ""
+        )
+
+    def __call__(self, p: Any) -> None:
+        if sys.stdout.isatty():
+            if self.live is None:
+                from rich.live import Live
+
+                self.live = Live(console=_render.console, auto_refresh=False, transient=False)
+                self.live.start()
+            self.live.update(self.text(p), refresh=True)
+        else:
+            finished = p.done + p.leased + p.detached + p.errors
+            if finished != self.finished:
+                self.finished = finished
+                print(self.text(p), flush=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _drive_batch(go: Callable[[], Coroutine[Any, Any, T]], progress: _BatchProgress) -> T:
+    """Run a batch coroutine: the first Ctrl-C detaches the runs in flight (graceful: they stay
+    resumable), a second one exits at once (their leases die with this process)."""
+
+    async def main() -> T:
+        task = asyncio.ensure_future(go())
+        presses = 0
+
+        def handler() -> None:
+            nonlocal presses
+            presses += 1
+            if presses == 1:
+                progress.close()
+                print(
+                    "Ctrl-C: detaching the runs in flight at their next step boundary "
+                    "(Ctrl-C again to exit at once; every run stays resumable)",
+                    flush=True,
+                )
+                task.cancel()
+            else:
+                print("Ctrl-C again: exiting now; the runs stay resumable", flush=True)
+                os._exit(EXIT_INTERRUPTED)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, handler)
+        return await task
+
+    try:
+        return call(main)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress.close()
+        print("interrupted: re-run the same command to continue", flush=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (ImportError, ValueError) as exc:  # a missing extra (ray, psycopg), a bad option
+        progress.close()
+        raise fail(str(exc).splitlines()[0]) from None
+    finally:
+        progress.close()
+
+
+def _print_batch_result(result: Any) -> None:
+    print(result.summary(), flush=True)
+    left = result.not_ended
+    for outcome in left[:10]:
+        print(f"  {outcome.run_id}  {outcome.status}: {outcome.detail or ''}", flush=True)
+    if len(left) > 10:
+        print(f"  … and {len(left) - 10} more", flush=True)
+
+
+@run_options
+def batch(
+    file: Annotated[
+        Path, typer.Argument(help='JSONL: one {"goal": ..., "run_id"?, "metadata"?} a line.')
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini."),
+    ] = None,
+    options: RunOptions = ...,  # type: ignore[assignment]  # the run options (run_options)
+    journal: RequestJournalOpt = None,
+    loop: Annotated[
+        str | None,
+        typer.Option(
+            "--loop",
+            help="Instead of --model/--workspace/--tools: 'package.module:function', a "
+            "make_loop(journal) -> Loop importable here and on the Ray workers (stored with "
+            "each run, so recover rebuilds it).",
+        ),
+    ] = None,
+    backend: Annotated[
+        Literal["local", "ray"],
+        typer.Option(
+            "--backend", help="local (this process) or ray (pip install 'polyloop[ray]')."
+        ),
+    ] = "local",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Runs advancing at once.")] = 8,
+) -> None:
+    """Run one agent run per line of FILE, CONCURRENCY at a time, journaled. Every goal becomes
+    a run row first, with an id derived from the file, the line and these options: re-running
+    the same command skips the runs that ended and finishes the rest.
+
+    Exit codes: 0 every run ended (whatever its stop reason), 7 some did not (listed; re-run to
+    continue), 130 interrupted (runs detached, resumable), 1 bad input, 2 usage error.
+
+    Example: polyloop batch goals.jsonl --model openai:gpt-4o-mini --workspace . --concurrency 16
+    """
+    from polyloop import Limits
+    from polyloop.batch import Goal, GoalFileError, load_goals, run_batch
+
+    if concurrency < 1:
+        raise fail(f"--concurrency must be at least 1, got {concurrency}")
+    if (model is None) == (loop is None):
+        raise fail("pass --model (with --workspace, --tools) or --loop module:function")
+    try:
+        if loop is not None:
+            config = _loop_config(loop, options)
+        else:
+            assert model is not None
+            if options.mcp:
+                raise BadInput(
+                    "polyloop batch does not take --mcp yet: run such goals with polyloop run"
+                )
+            config = options.config(model)
+        goals = load_goals(file, reserved=("cli",))
+    except GoalFileError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot read {file}: {exc.strerror or exc}") from None
+    except (BadInput, PolyLoopError) as exc:
+        raise fail(str(exc)) from None
+    # The command's config is stored with each run (and is part of its derived id).
+    goals = [
+        Goal(
+            g.goal, run_id=g.run_id, metadata={**(g.metadata or {}), "cli": config}, source=g.source
+        )
+        for g in goals
+    ]
+    spec = journal_spec(journal, must_exist=False)
+    progress = _BatchProgress()
+    print(f"batch {file}: {len(goals)} goals  backend {backend}  journal {spec}", flush=True)
+
+    async def go() -> Any:
+        import functools
+
+        return await run_batch(
+            spec,
+            goals,
+            functools.partial(factory_loop if loop is not None else batch_loop, config),
+            concurrency=concurrency,
+            backend=backend,
+            limits=Limits.from_dict(config["limits"]),
+            on_progress=progress,
+        )
+
+    result = _drive_batch(go, progress)
+    _print_batch_result(result)
+    raise typer.Exit(0 if result.complete else EXIT_NOT_ALL_ENDED)
+
+
+def recover(
+    journal: RequestJournalOpt = None,
+    older_than: Annotated[
+        float,
+        typer.Option(
+            "--older-than",
+            help="Seconds a run with no owner must have existed to be taken.",
+            parser=finite,
+        ),
+    ] = 300.0,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="For runs not started by this command: provider:name."),
+    ] = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="For runs not started by this command.")
+    ] = None,
+    tools: Annotated[str, typer.Option("--tools", help="With --model: files, shell.")] = (
+        "files,shell"
+    ),
+    base_url: Annotated[str | None, typer.Option("--base-url")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency")] = 8,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list the runs that would be resumed.")
+    ] = False,
+) -> None:
+    """Resume the runs that stopped advancing without ending: their driver or node died
+    (lease expired, or its process is provably gone), or they were submitted and never
+    dispatched. A run still held by a live execution is left alone. Runs started by `polyloop
+    run`/`batch` are rebuilt from their stored model and tools; others use --model/--workspace.
+
+    Exit codes: 0 every run found has ended or is live elsewhere, 7 some could not be resumed
+    (listed), 1 bad input, 2 usage error.
+
+    Example: polyloop recover --journal polyloop.db --older-than 60
+    """
+    import functools
+    import json as _json
+
+    from polyloop.batch import BatchResult, execute, find_stalled, open_journal
+    from polyloop.batch.sweeper import deny_expired
+
+    from ._setup import OpenJournal
+
+    if concurrency < 1:
+        raise fail(f"--concurrency must be at least 1, got {concurrency}")
+    fallback: dict[str, Any] | None = None
+    if model is not None or workspace is not None:
+        if model is None or workspace is None:
+            raise fail("--model and --workspace go together (for runs not started by polyloop)")
+        try:
+            fallback = run_config(
+                model=model,
+                base_url=base_url,
+                workspace=workspace,
+                tools=tools,
+                max_steps=30,
+                max_actions=None,
+                max_prompt_chars=None,
+            )
+        except (BadInput, PolyLoopError) as exc:
+            raise fail(str(exc)) from None
+    spec = journal_spec(journal, must_exist=True)
+    progress = _BatchProgress()
+
+    parked: list[Any] = []
+
+    async def go() -> tuple[list[Any], list[Any], Any]:
+        j = open_journal(spec)
+        try:
+            # Approvals past their expiry are denied ("timed out"); those runs go on now.
+            denied = set() if dry_run else set(await deny_expired(j))
+            pending = getattr(j, "pending_approvals", None)
+            if pending is not None:
+                parked.extend(await pending())
+            stalled = await find_stalled(j, older_than_s=older_than)
+            if denied - {s.run_id for s in stalled}:
+                stalled += [
+                    s
+                    for s in await find_stalled(j, older_than_s=0)
+                    if s.run_id in denied and s.run_id not in {t.run_id for t in stalled}
+                ]
+            groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+            skipped = []
+            for s in stalled:
+                cli = (s.metadata or {}).get("cli")
+                config = cli if isinstance(cli, dict) else fallback
+                if config is None:
+                    skipped.append(s)
+                    continue
+                key = _json.dumps(config, sort_keys=True)
+                groups.setdefault(key, (config, []))[1].append(s.run_id)
+            outcomes: list[Any] = []
+            if not dry_run:
+                for config, ids in groups.values():
+                    if "loop" in config:  # started by `polyloop batch --loop`
+                        result = await execute(
+                            j,
+                            ids,
+                            functools.partial(factory_loop, config),
+                            concurrency=concurrency,
+                            on_progress=progress,
+                        )
+                        outcomes.extend(result.outcomes)
+                        continue
+                    async with contextlib.AsyncExitStack() as servers:
+                        loop, _, _ = await build_loop(
+                            OpenJournal(j, Path(spec)),
+                            config,
+                            None,
+                            lambda _event: None,
+                            servers=servers,
+                        )
+                        result = await execute(
+                            j,
+                            ids,
+                            functools.partial(_built_loop, loop),
+                            concurrency=concurrency,
+                            on_progress=progress,
+                        )
+                    outcomes.extend(result.outcomes)
+            return stalled, skipped, BatchResult(tuple(outcomes))
+        finally:
+            await j.aclose()
+
+    stalled, skipped, result = _drive_batch(go, progress)
+    kinds = ", ".join(
+        f"{n} {why}"
+        for why in ("lease_expired", "unowned", "leased")
+        if (n := sum(s.why == why for s in stalled))
+    )
+    print(f"found {len(stalled)} runs not ended" + (f" ({kinds})" if kinds else ""), flush=True)
+    if parked:
+        print(
+            f"left alone: {len(parked)} runs awaiting approval (polyloop pending lists them)",
+            flush=True,
+        )
+    if dry_run:
+        for s in stalled:
+            print(f"  {s.run_id}  {s.why}  {s.steps_used} steps", flush=True)
+        raise typer.Exit(0)
+    for s in skipped:
+        print(
+            f"  {s.run_id}  skipped: not started by the polyloop command (pass --model and "
+            "--workspace, or resume it from the code that started it)",
+            flush=True,
+        )
+    if result.outcomes:
+        _print_batch_result(result)
+    failed = [
+        o
+        for o in result.outcomes
+        if o.status == "error"
+        or (o.status == "detached" and not (o.detail or "").startswith("awaiting approval"))
+    ]
+    raise typer.Exit(EXIT_NOT_ALL_ENDED if failed or skipped else 0)

@@ -1,0 +1,306 @@
+"""The options of the commands that start runs, defined once: ``polyloop run`` and
+``polyloop batch`` take the same flags, with the same defaults, parsed into one
+:class:`RunOptions` and turned into one stored config (:meth:`RunOptions.config`).
+
+A command opts in with :func:`run_options`: its parameter ``options: RunOptions`` is replaced,
+in the signature typer reads, by the flags of :func:`_flags` (typer builds a command from its
+function's signature, ``inspect.signature``; the wrapper's ``__signature__`` is the standard way
+to give a function another one). Adding a run option is one parameter of ``_flags``, one field
+of ``RunOptions`` and its use in ``config``: both commands get it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from ._setup import FailureGuardArgs, finite, mcp_config, run_config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ModelOpt = Annotated[
+    str, typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini.")
+]
+WorkspaceOpt = Annotated[
+    Path, typer.Option("--workspace", help="Folder the tools work in (must exist).")
+]
+ToolsOpt = Annotated[str, typer.Option("--tools", help="Comma-separated tool sets: files, shell.")]
+BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible server URL.")]
+MaxStepsOpt = Annotated[int, typer.Option("--max-steps")]
+MaxActionsOpt = Annotated[int | None, typer.Option("--max-actions")]
+MaxPromptCharsOpt = Annotated[int | None, typer.Option("--max-prompt-chars")]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-tokens", help="Input + output tokens the run may use (token_budget)."),
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-cost",
+        parser=finite,
+        help="US dollars the run may spend (cost_budget; priced from the provider's reported "
+        "cost, else counted 0 and reported as usage missing).",
+    ),
+]
+MaxSecondsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-seconds", help="Seconds the run may be active (time_budget).", parser=finite
+    ),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        parser=finite,
+        help="Seconds one model call may take (its request timeout; default: the OpenAI "
+        "adapter's, 120). Stored with the run.",
+    ),
+]
+
+
+McpOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp",
+        help="An MCP server whose tools join the run: a command line (started in the "
+        "workspace, stopped at the end) or an http(s):// URL (Streamable HTTP). Repeatable.",
+    ),
+]
+McpPrefixOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mcp-prefix",
+        help="Name each MCP tool SERVER_TOOL, SERVER being the server's own name (for tools "
+        "whose names clash).",
+    ),
+]
+McpHeaderOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp-header",
+        help="'Name: value' sent to the HTTP MCP servers; ${VAR} in the value is read from the "
+        "environment when connecting (stored as written, so keep secrets in variables). "
+        "Repeatable.",
+    ),
+]
+
+
+McpIncludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp-include",
+        metavar="NAME,...",
+        help="Register only these tools of the MCP servers (their own names, before "
+        "--mcp-prefix). Stored with the run.",
+    ),
+]
+McpExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp-exclude",
+        metavar="NAME,...",
+        help="Register every tool of the MCP servers but these (their own names). Stored with "
+        "the run.",
+    ),
+]
+
+SameFailureLimitOpt = Annotated[
+    int,
+    typer.Option(
+        "--same-failure-limit",
+        help="Stop repeated_failure when one failure comes back this many times (0: off).",
+    ),
+]
+NoProgressRoundsOpt = Annotated[
+    int,
+    typer.Option(
+        "--no-progress-rounds",
+        help="Stop after this many rounds without fewer failing tests (0: off).",
+    ),
+]
+SpreadingRoundsOpt = Annotated[
+    int,
+    typer.Option(
+        "--spreading-rounds",
+        help="Stop after this many rounds that each changed a new file (0: off).",
+    ),
+]
+KnownFailureOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--known-failure",
+        metavar="CHECK",
+        help="A test failing before the run, unrelated to GOAL (repeatable): never counted.",
+    ),
+]
+BaselineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--baseline",
+        help="Take the failures of the test runs before the first edit as known.",
+    ),
+]
+StreamOpt = Annotated[
+    bool,
+    typer.Option(
+        "--stream",
+        help="Stream each reply from the provider and print its text as it arrives "
+        "(the journal still holds each whole reply). Stored with the run.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run options as given on the command line (one field per flag of :func:`_flags`)."""
+
+    workspace: Path
+    tools: str
+    base_url: str | None
+    max_steps: int
+    max_actions: int | None
+    max_prompt_chars: int | None
+    max_tokens: int | None
+    max_cost: float | None
+    max_seconds: float | None
+    timeout: float | None
+    mcp: list[str] | None
+    mcp_prefix: bool
+    mcp_header: list[str] | None
+    mcp_include: list[str] | None
+    mcp_exclude: list[str] | None
+    same_failure_limit: int
+    no_progress_rounds: int
+    spreading_rounds: int
+    known_failure: list[str] | None
+    baseline: bool
+    stream: bool
+
+    def config(self, model: str) -> dict[str, Any]:
+        """The config stored with each run these options start (``resume`` and ``recover``
+        rebuild the run from it). Raises ``BadInput`` or ``PolyLoopError`` for a bad value."""
+        config = run_config(
+            model=model,
+            base_url=self.base_url,
+            workspace=self.workspace,
+            tools=self.tools,
+            max_steps=self.max_steps,
+            max_actions=self.max_actions,
+            max_prompt_chars=self.max_prompt_chars,
+            timeout_s=self.timeout,
+            budgets=self._budgets(),
+            guard=self._guard(),
+            stream=self.stream,
+        )
+        config.update(
+            mcp_config(
+                self.mcp or [],
+                prefix=self.mcp_prefix,
+                headers=self.mcp_header or [],
+                include=self.mcp_include or [],
+                exclude=self.mcp_exclude or [],
+            )
+        )
+        return config
+
+    def limits(self) -> dict[str, Any]:
+        """The run's limits (``Limits.to_dict()``) these options set, without a model or
+        tools (``batch --loop``: the factory's Loop brings those). Raises ``BadInput`` or
+        ``ConfigError``."""
+        from polyloop import Limits
+
+        return Limits(
+            max_steps=self.max_steps,
+            max_actions=self.max_actions,
+            max_prompt_chars=self.max_prompt_chars,
+            **{k: v for k, v in self._budgets().items() if v is not None},
+            **self._guard().limits(),
+        ).to_dict()
+
+    def _budgets(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "max_cost": self.max_cost,
+            "max_seconds": self.max_seconds,
+        }
+
+    def _guard(self) -> FailureGuardArgs:
+        return FailureGuardArgs(
+            self.same_failure_limit,
+            self.no_progress_rounds,
+            self.spreading_rounds,
+            tuple(self.known_failure or ()),
+            self.baseline,
+        )
+
+    def changed(self) -> list[str]:
+        """The flags given with a value other than their default (for a command that uses
+        only some of them, to refuse the others by name)."""
+        defaults = inspect.signature(_flags, eval_str=True).parameters
+        return [
+            "--" + name.replace("_", "-")
+            for name, value in asdict(self).items()
+            if value != defaults[name].default
+        ]
+
+
+def _flags(
+    workspace: WorkspaceOpt = Path("."),
+    tools: ToolsOpt = "files,shell",
+    base_url: BaseUrlOpt = None,
+    max_steps: MaxStepsOpt = 30,
+    max_actions: MaxActionsOpt = None,
+    max_prompt_chars: MaxPromptCharsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_seconds: MaxSecondsOpt = None,
+    timeout: TimeoutOpt = None,
+    mcp: McpOpt = None,
+    mcp_prefix: McpPrefixOpt = False,
+    mcp_header: McpHeaderOpt = None,
+    mcp_include: McpIncludeOpt = None,
+    mcp_exclude: McpExcludeOpt = None,
+    same_failure_limit: SameFailureLimitOpt = 2,
+    no_progress_rounds: NoProgressRoundsOpt = 0,
+    spreading_rounds: SpreadingRoundsOpt = 0,
+    known_failure: KnownFailureOpt = None,
+    baseline: BaselineOpt = False,
+    stream: StreamOpt = False,
+) -> None:
+    """The run options' flags, in the order ``--help`` lists them (the fields of
+    :class:`RunOptions`)."""
+
+
+def run_options(command: F) -> F:
+    """``command`` with the run options: its parameter ``options: RunOptions`` becomes the
+    flags of :func:`_flags` (listed after the command's own parameters that come before
+    ``options``, and before those after it), and the command receives them parsed."""
+    own = inspect.signature(command, eval_str=True)
+    shared = list(inspect.signature(_flags, eval_str=True).parameters.values())
+    names = [p.name for p in shared]
+    assert names == [f.name for f in fields(RunOptions)], "RunOptions and _flags must agree"
+    before: list[inspect.Parameter] = []
+    after: list[inspect.Parameter] = []
+    seen = False
+    for p in own.parameters.values():
+        if p.name == "options":
+            seen = True
+        else:
+            (after if seen else before).append(p)
+    merged = [*before, *shared, *after]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        options = RunOptions(**{name: kwargs.pop(name) for name in names})
+        return command(options=options, **kwargs)
+
+    wrapper.__signature__ = own.replace(parameters=merged)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in merged}
+    return wrapper  # type: ignore[return-value]

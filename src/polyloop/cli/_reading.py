@@ -1,0 +1,241 @@
+"""Reading: ``polyloop runs``, ``show``, ``stats``, ``export``, ``view``, ``report`` and
+``check`` (read-only: the journal is opened read-only, never created or written)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from polyloop import EscalationReport, PolyLoopError, StopReason
+from polyloop.types import RunEnd, TestEdit
+
+from . import _render
+from ._common import JournalOpt, call, fail
+from ._errors import valid_text
+from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, open_journal
+
+_STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
+
+
+def runs(
+    journal: JournalOpt = None,
+    stop_reason: Annotated[
+        StopReason | None,
+        typer.Option("--stop-reason", metavar="REASON", help=_STOP_REASON_HELP),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only runs created on/after YYYY-MM-DD.")
+    ] = None,
+) -> None:
+    """List the runs in a journal, oldest first.
+
+    Example: polyloop runs --stop-reason step_budget --since 2026-11-01
+    """
+
+    async def go() -> list[dict[str, Any]]:
+        async with open_journal(journal, read_only=True) as j:
+            return await j.journal.list_runs()
+
+    try:
+        rows = _render.filter_runs(call(go), stop_reason=stop_reason, since=since)
+    except BadInput as exc:
+        raise fail(str(exc)) from None
+    _render.runs_table(rows)
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run to show.", callback=valid_text)],
+    journal: JournalOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Full step records as JSON.")] = False,
+) -> None:
+    """Show a run's steps as a table (or, with --json, its full records).
+
+    Example: polyloop show 3f2a… --json
+    """
+
+    async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None, list[TestEdit]]:
+        async with open_journal(journal, read_only=True) as j:
+            rows = await j.journal.list_runs(run_id=run_id)
+            if not rows:
+                raise BadInput(f"no run {run_id!r} in {j.path}")
+            _, records = await j.journal.read(run_id)
+            end = records[-1] if records and isinstance(records[-1], RunEnd) else None
+            edits = [r for r in records if isinstance(r, TestEdit)]
+            return rows[0], await j.journal.steps(run_id), end.report if end else None, edits
+
+    run_row, steps, report, edits = call(go)
+    if as_json:
+        _render.show_json(run_row, steps, report, edits)
+    else:
+        _render.show_table(run_row, steps)
+        for line in _render.test_edit_lines(edits, run_row["stop_reason"]):
+            print(line)
+        if report is not None:
+            print()
+            print(report.to_markdown())
+
+
+def stats(journal: JournalOpt = None) -> None:
+    """Stop-reason distribution and steps-per-run percentiles across the journal's runs.
+
+    Example: polyloop stats --journal polyloop.db
+    """
+
+    async def go() -> list[dict[str, Any]]:
+        async with open_journal(journal, read_only=True) as j:
+            return await j.journal.list_runs()
+
+    _render.stats(call(go))
+
+
+def export(
+    journal: JournalOpt = None,
+    fmt: Annotated[
+        Literal["jsonl", "parquet"],
+        typer.Option("--format", help="jsonl, or parquet (needs pip install 'polyloop[parquet]')."),
+    ] = "jsonl",
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")
+    ] = None,
+    redact: Annotated[
+        bool,
+        typer.Option("--redact", help="Strip prompts, observations and argument values."),
+    ] = False,
+) -> None:
+    """Export every step of every run (one record per step, with its run's fields).
+
+    Example: polyloop export --format jsonl -o steps.jsonl
+    """
+    if fmt == "parquet" and output is None:
+        raise fail("parquet needs an output file: -o steps.parquet")
+
+    async def go() -> list[dict[str, Any]]:
+        async with open_journal(journal, read_only=True) as j:
+            rows = []
+            for run_row in await j.journal.list_runs():
+                for step in await j.journal.steps(run_row["run_id"]):
+                    rows.append(_render.export_row(run_row, step, redact=redact))
+            return rows
+
+    rows = call(go)
+    try:
+        _render.write_export(rows, fmt, output)
+    except (BadInput, OSError) as exc:
+        raise fail(str(exc)) from None
+
+
+def view(
+    journal: JournalOpt = None,
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on (0: any free one).")
+    ] = 8765,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (keep 127.0.0.1: runs hold content).")
+    ] = "127.0.0.1",
+) -> None:
+    """Browse the journal's runs in a local web viewer: runs list, step timelines, stats.
+
+    Example: polyloop view --journal polyloop.db --port 8765
+    """
+    from ._setup import journal_path
+    from .view import serve
+
+    if not 0 <= port <= 65535:
+        raise fail(f"--port takes 0 to 65535, got {port}")
+    path = journal_path(journal)
+    if not path.is_file():
+        raise fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+    try:
+        server = serve(path, host=host, port=port)
+    except (PolyLoopError, OSError) as exc:
+        raise fail(f"cannot serve {path} on {host}:{port}: {exc}") from None
+    print(f"viewing {path} at {server.url}  (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+def report(
+    run_id: Annotated[str, typer.Argument(help="The run to write up.", callback=valid_text)],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="HTML file to write (default: RUN_ID.html)."),
+    ] = None,
+    journal: JournalOpt = None,
+    include_content: Annotated[
+        bool,
+        typer.Option(
+            "--include-content",
+            help="Include prompts, model text, arguments and observations (scrubbed of keys, "
+            "tokens and emails). Default: lengths and hashes only.",
+        ),
+    ] = False,
+) -> None:
+    """Write one run as a self-contained HTML file to share (content withheld by default).
+
+    Example: polyloop report 3f2a… -o run.html
+    """
+    from polyloop import RunNotFound
+
+    from .view import build_report
+
+    async def go() -> str:
+        async with open_journal(journal, read_only=True) as j:
+            try:
+                return await build_report(j.journal, run_id, include_content=include_content)
+            except RunNotFound:
+                raise BadInput(f"no run {run_id!r} in {j.path}") from None
+
+    html = call(go)
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    target = output if output is not None else Path(f"{safe_name}.html")
+    try:
+        target.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {target}: {exc}") from None
+    print(f"wrote {target} ({len(html) // 1024} KiB)", file=sys.stderr)
+
+
+def check(
+    journal: Annotated[
+        str | None,
+        typer.Option(
+            "--journal",
+            help=f"SQLite journal file (default: ${JOURNAL_ENV} or ./{DEFAULT_JOURNAL}).",
+        ),
+    ] = None,
+) -> None:
+    """Check that a SQLite journal file is sound: SQLite's full integrity_check, then every
+    run's records and steps read as show and resume read them; read-only (nothing is written
+    or repaired; it reads the whole file: about a minute per GB).
+
+    Exit codes: 0 sound, 8 damaged (stop using it; recover what SQLite can read with
+    `sqlite3 PATH .recover | sqlite3 recovered.db`, or restore a copy; the runs it names
+    cannot be read, the others can), 1 bad input (no such file, not a PolyLoop journal, a
+    PostgreSQL URI).
+
+    Example: polyloop check --journal polyloop.db
+    """
+    from polyloop.batch._journals import is_postgres_spec
+
+    from ._check import check_file
+    from ._setup import journal_path
+
+    if journal is not None and is_postgres_spec(journal):
+        raise fail(
+            "polyloop check reads SQLite journal files; a PostgreSQL journal is checked by the "
+            "server's own tools (e.g. pg_amcheck)"
+        )
+    path = journal_path(None if journal is None else Path(journal))
+    if not path.is_file():
+        raise fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+    try:
+        raise typer.Exit(check_file(path))
+    except PolyLoopError as exc:
+        raise fail(str(exc)) from None
