@@ -437,7 +437,7 @@ def test_token_budget_exits_3_and_a_bad_budget_is_one_line(
     shown = cli("runs", "--journal", "j.db", "--stop-reason", "token_budget")
     assert run_id in shown.out, shown
     bad = cli(*run_args(fake, workspace, "--max-cost", "0"))
-    assert bad.code == 1 and "Limits.max_cost must be > 0" in bad.err, bad
+    assert bad.code == 1 and "--max-cost must be > 0" in bad.err, bad  # in CLI words
     assert "Traceback" not in bad.err, bad
 
 

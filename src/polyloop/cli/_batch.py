@@ -26,7 +26,7 @@ from ._common import (
     fail,
     journal_spec,
 )
-from ._options import RunOptions, run_options
+from ._options import RESERVED_METADATA, RunOptions, run_options
 from ._setup import BadInput, build_loop, finite, run_config
 
 
@@ -61,7 +61,7 @@ def _loop_config(loop: str, options: RunOptions) -> dict[str, Any]:
     limit_flags = {
         "--max-steps", "--max-actions", "--max-prompt-chars", "--max-tokens", "--max-cost",
         "--max-seconds", "--same-failure-limit", "--no-progress-rounds", "--spreading-rounds",
-        "--known-failure", "--baseline",
+        "--known-failure", "--baseline", "--metadata",
     }  # fmt: skip
     other = [flag for flag in options.changed() if flag not in limit_flags]
     if other:
@@ -197,7 +197,8 @@ def batch(
 ) -> None:
     """Run one agent run per line of FILE, CONCURRENCY at a time, journaled. Every goal becomes
     a run row first, with an id derived from the file, the line and these options: re-running
-    the same command skips the runs that ended and finishes the rest.
+    the same command skips the runs that ended and finishes the rest. --metadata tags every
+    run; a goal line's own metadata wins for a key both give.
 
     Exit codes: 0 every run ended (whatever its stop reason), 7 some did not (listed; re-run to
     continue), 130 interrupted (runs detached, resumable), 1 bad input, 2 usage error.
@@ -221,7 +222,8 @@ def batch(
                     "polyloop batch does not take --mcp yet: run such goals with polyloop run"
                 )
             config = options.config(model)
-        goals = load_goals(file, reserved=("cli",))
+        tags = options.user_metadata()
+        goals = load_goals(file, reserved=RESERVED_METADATA)
     except GoalFileError as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
@@ -231,7 +233,10 @@ def batch(
     # The command's config is stored with each run (and is part of its derived id).
     goals = [
         Goal(
-            g.goal, run_id=g.run_id, metadata={**(g.metadata or {}), "cli": config}, source=g.source
+            g.goal,
+            run_id=g.run_id,
+            metadata={**tags, **(g.metadata or {}), "cli": config},
+            source=g.source,
         )
         for g in goals
     ]

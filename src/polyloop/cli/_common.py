@@ -15,6 +15,7 @@ import typer
 from polyloop import PolyLoopError, RunDetached
 
 from ._exit import ExitCode
+from ._options import in_cli_words
 from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput
 
 T = TypeVar("T")
@@ -47,8 +48,9 @@ ByOpt = Annotated[
 
 
 def fail(message: str) -> typer.Exit:
-    """One line on stderr, and the exit of bad input (raise what it returns)."""
-    print(f"polyloop: {message}", file=sys.stderr)
+    """One line on stderr, in the command line's words (:func:`._options.in_cli_words`), and
+    the exit of bad input (raise what it returns)."""
+    print(f"polyloop: {in_cli_words(message)}", file=sys.stderr)
     return typer.Exit(EXIT_BAD_INPUT)
 
 

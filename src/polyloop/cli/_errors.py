@@ -17,6 +17,7 @@ from polyloop.types import first_invalid
 
 from ._check import DamagedJournal
 from ._exit import ExitCode
+from ._options import in_cli_words
 from ._setup import BadInput
 
 __all__ = ["end", "valid_text"]
@@ -38,7 +39,6 @@ def end(invoke: Callable[[], Any]) -> int:
     ``standalone_mode=False``), each error printed as one ``polyloop: ...`` line on stderr:
 
     - a usage error (unknown command or option, a missing or unknown value): ``USAGE``;
-    - ``polyloop`` alone: its help, ``USAGE``;
     - bad input (:class:`BadInput`) and any other error click reports: ``BAD_INPUT`` (or
       click's own code);
     - a damaged journal file (:class:`DamagedJournal`): ``DAMAGED``;
@@ -49,7 +49,7 @@ def end(invoke: Callable[[], Any]) -> int:
     try:
         return int(invoke() or 0)
     except _USAGE_ERROR as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: `polyloop` alone
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: a group alone
             exc.show()
             return ExitCode.USAGE
         where = exc.ctx.command_path if exc.ctx is not None else "polyloop"
@@ -79,7 +79,7 @@ def end(invoke: Callable[[], Any]) -> int:
 
 
 def _say(line: str) -> None:
-    print(f"polyloop: {line}", file=sys.stderr, flush=True)
+    print(f"polyloop: {in_cli_words(line)}", file=sys.stderr, flush=True)
 
 
 def valid_text(param: typer.CallbackParam, value: str | None) -> str | None:

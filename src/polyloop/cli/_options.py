@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._setup import FailureGuardArgs, finite, mcp_config, run_config
+from ._setup import BadInput, FailureGuardArgs, finite, mcp_config, run_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,6 +155,18 @@ StreamOpt = Annotated[
         "(the journal still holds each whole reply). Stored with the run.",
     ),
 ]
+MetadataOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metadata",
+        metavar="KEY=VALUE",
+        help="Stored with each run in runs.metadata_json (a string value; repeatable), to "
+        "find runs by with SQL. The key cli is the command's own.",
+    ),
+]
+
+RESERVED_METADATA = ("cli",)
+"""The metadata keys the command fills in itself: ``cli``, the run's stored config."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +194,24 @@ class RunOptions:
     known_failure: list[str] | None
     baseline: bool
     stream: bool
+    metadata: list[str] | None
+
+    def user_metadata(self) -> dict[str, str]:
+        """``--metadata KEY=VALUE`` as a dict (a later KEY wins). Raises ``BadInput`` for an
+        item without ``=``, an empty key, or a key the command fills in itself."""
+        out: dict[str, str] = {}
+        for item in self.metadata or ():
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise BadInput(f"--metadata takes KEY=VALUE, got {item!r}")
+            if key in RESERVED_METADATA:
+                raise BadInput(
+                    f"--metadata {key}=...: the key {key!r} is the command's own (the run's "
+                    "stored config); choose another key"
+                )
+            out[key] = value
+        return out
 
     def config(self, model: str) -> dict[str, Any]:
         """The config stored with each run these options start (``resume`` and ``recover``
@@ -273,9 +303,20 @@ def _flags(
     known_failure: KnownFailureOpt = None,
     baseline: BaselineOpt = False,
     stream: StreamOpt = False,
+    metadata: MetadataOpt = None,
 ) -> None:
     """The run options' flags, in the order ``--help`` lists them (the fields of
     :class:`RunOptions`)."""
+
+
+def in_cli_words(message: str) -> str:
+    """A library error's message in the command line's words: ``Limits.max_tokens`` is
+    ``--max-tokens`` (each run option named by its flag), and "use None for no limit" is
+    "leave it out for no limit". The one place that translates (every failure line passes
+    through it: :func:`._common.fail`)."""
+    for name in inspect.signature(_flags).parameters:
+        message = message.replace(f"Limits.{name}", "--" + name.replace("_", "-"))
+    return message.replace("; use None for ", "; leave it out for ")
 
 
 def run_options(command: F) -> F:

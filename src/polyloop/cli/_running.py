@@ -104,13 +104,14 @@ def run(
     """
     try:
         config = options.config(model)
+        metadata = options.user_metadata()
     except (BadInput, PolyLoopError) as exc:
         raise fail(str(exc)) from None
     if config.get("mcp"):
         from ._setup import journal_path as resolve
 
         config["mcp_store"] = str(resolve(journal).resolve()) + ".mcp-files"
-    drive(journal, config, goal=goal, run_id=run_id)
+    drive(journal, config, goal=goal, run_id=run_id, metadata=metadata)
 
 
 def resume(
@@ -206,7 +207,10 @@ def drive(
     goal: str | None = None,
     limit_overrides: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> None:
+    """Run or resume one run in this process and exit with its stop reason's code. A new run
+    (``config`` given) is stored with ``metadata`` beside the command's own ``cli`` key."""
     printer = _render.Progress()
     rid = run_id or new_run_id()
     parts: tuple[Any, Any] | None = None
@@ -239,7 +243,9 @@ def drive(
                 printer.line(f"for this execution only: {shown}")
             if goal is not None:
                 task = asyncio.ensure_future(
-                    loop.run(goal, run_id=rid, metadata={"cli": cfg}, limits=limits)
+                    loop.run(
+                        goal, run_id=rid, metadata={**(metadata or {}), "cli": cfg}, limits=limits
+                    )
                 )
             else:
                 task = asyncio.ensure_future(loop.resume(rid, limits=limits))

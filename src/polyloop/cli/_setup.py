@@ -23,6 +23,10 @@ from ._check import refuse_damaged
 DEFAULT_JOURNAL = "polyloop.db"
 JOURNAL_ENV = "POLYLOOP_JOURNAL"
 TOOL_SETS = ("files", "shell")
+_PROVIDERS = (
+    "openai:MODEL (any OpenAI-compatible server via --base-url), openai-responses:MODEL, "
+    "anthropic:MODEL or gemini:MODEL"
+)
 
 
 class BadInput(Exception):
@@ -103,13 +107,9 @@ def run_config(
     not). ``stream`` is stored only when True (a resumed run streams as it did)."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
-        raise BadInput(f"--model must look like openai:MODEL, got {model!r}")
+        raise BadInput(f"--model takes PROVIDER:MODEL, got {model!r}: use {_PROVIDERS}")
     if provider not in ("openai", "openai-responses", "anthropic", "gemini"):
-        raise BadInput(
-            f"unknown model provider {provider!r} in {model!r}: use openai:MODEL "
-            "(any OpenAI-compatible server via --base-url), openai-responses:MODEL, "
-            "anthropic:MODEL or gemini:MODEL"
-        )
+        raise BadInput(f"unknown model provider {provider!r} in {model!r}: use {_PROVIDERS}")
     if not workspace.is_dir():
         raise BadInput(f"the workspace {workspace} does not exist or is not a folder")
     chosen = [t.strip() for t in tools.split(",") if t.strip()]

@@ -14,7 +14,7 @@ texts are plain text, never Rich markup, so ``pip install 'polyloop[ray]'`` show
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -53,16 +53,38 @@ app = typer.Typer(
     help="Run, resume and inspect agent runs. New here? Run: polyloop demo",
     epilog=epilog(),
     cls=_Group,
-    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts are plain: "[ray]" is text, not a Rich style
 )
 
 
-@app.callback()
-def _root() -> None:
-    """Run, resume and inspect agent runs."""
+def _show_version(value: bool) -> None:
+    if value:
+        from polyloop import __version__
+
+        print(f"polyloop {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Run, resume and inspect agent runs. ``polyloop`` alone prints the help (exit 0)."""
+    if ctx.invoked_subcommand is None:
+        print(ctx.get_help())
+        raise typer.Exit(0)
 
 
 for _command in (

@@ -328,11 +328,44 @@ async def _read(path: Path, run_id: str) -> list[Record]:
         await journal.aclose()
 
 
+DEMO_JOURNAL = "polyloop-demo.db"
+"""The demo's journal, in the current folder: each ``polyloop demo`` replaces it (the runs of
+the last demo stay there for ``polyloop runs --journal polyloop-demo.db``); the demo never
+writes to the default journal, so it mixes no scripted run into real ones."""
+
+
+def demo_journal(name: str = DEMO_JOURNAL) -> Path:
+    """Where a demo's journal goes: ``name`` in the current folder, emptied first (with its
+    ``-wal`` and ``-shm``), or, when that folder cannot be written, in PolyLoop's cache folder
+    (``$POLYLOOP_CACHE``, else ``~/.cache/polyloop``)."""
+    folder = Path.cwd()
+    if not os.access(folder, os.W_OK):
+        from ..testing.real_model import cache_dir
+
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        leftover.unlink(missing_ok=True)
+    return path.resolve()
+
+
 async def run_demo(say: Callable[[str], None] = print, root: Path | None = None) -> int:
-    """Run both scenes; returns the process exit code (0 when both ended task_completed)."""
-    root = root or Path(tempfile.mkdtemp(prefix="polyloop-demo-"))
-    journal_path = root / "demo.sqlite"
-    say("PolyLoop demo — offline: the model is a script, everything else is real.\n")
+    """Run the three scenes; returns the process exit code (0 when they ended as scripted).
+
+    Without ``root``, the workspaces the scenes work on are made in a temporary folder and
+    removed at the end, and the journal is :func:`demo_journal` (it stays, replaced by the
+    next demo); with ``root``, both go in ``root`` and stay."""
+    if root is not None:
+        return await _run_demo(say, root, root / "demo.sqlite")
+    journal_path = demo_journal()
+    with tempfile.TemporaryDirectory(prefix="polyloop-demo-") as tmp:
+        return await _run_demo(say, Path(tmp), journal_path)
+
+
+async def _run_demo(say: Callable[[str], None], root: Path, journal_path: Path) -> int:
+    say("PolyLoop demo — offline: the model is a script, everything else is real.")
+    say(f"  journal: {journal_path} (each demo replaces it)\n")
     journal = SQLiteJournal(journal_path)
     try:
         first = await _scene_one(root, journal, say)

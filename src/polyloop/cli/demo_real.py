@@ -20,7 +20,7 @@ from polyloop.journal import SQLiteJournal
 from polyloop.models.openai import OpenAIModel
 from polyloop.testing.real_model import MODEL_ALIAS, LlamaServer, RealModel
 
-from .demo import _Printer
+from .demo import _Printer, demo_journal
 
 __all__ = ["REAL_GOAL", "real_tools", "run_real_demo"]
 
@@ -71,17 +71,20 @@ def run_real_demo(
     Raises:
         RuntimeError: the server did not start (the message names its log).
     """
+    journal_path = demo_journal("polyloop-demo-real.db")
     with tempfile.TemporaryDirectory(prefix="polyloop-demo-real-") as tmp:
         root = Path(tmp)
         say(f"A real model: {model.gguf.name} behind llama.cpp's server (llama-cpp-python)")
         with LlamaServer(model, log_path=root / "server.log") as server:
             say(f"  server pid {server.pid} at {server.base_url}; a call takes a few seconds")
             say(f"  goal: {REAL_GOAL}")
-            result = run(lambda: _run(server.base_url, root / "demo.db", say))
+            say(f"  journal: {journal_path} (each demo --real replaces it)")
+            result = run(lambda: _run(server.base_url, journal_path, say))
         say(f"  run {result.run_id}: {result.stop_reason}")
         if result.final_answer:
             say(f"  answer: {result.final_answer}")
-        conn = sqlite3.connect(root / "demo.db")
+        say(f"  look inside: polyloop show {result.run_id} --journal {journal_path}")
+        conn = sqlite3.connect(journal_path)
         try:
             calls = conn.execute(
                 "SELECT step_idx, attempt, state, llm_call_id, input_tokens, output_tokens "
