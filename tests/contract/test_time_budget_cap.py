@@ -188,11 +188,14 @@ def test_the_grace_is_a_number_of_seconds_at_least_zero() -> None:
 # --- tool calls ------------------------------------------------------------------------------
 
 
-async def test_a_tool_that_hangs_is_stopped_at_the_budget_as_at_its_own_timeout() -> None:
+@pytest.mark.parametrize("own", [OWN_TIMEOUT_S, None])
+async def test_a_tool_that_hangs_is_stopped_at_the_budget_as_at_its_own_timeout(
+    own: float | None,
+) -> None:
     tools = ToolRegistry()
     given: list[float | None] = []
 
-    @tools.tool(timeout_s=OWN_TIMEOUT_S, replay="never")
+    @tools.tool(timeout_s=own, replay="never")
     async def wait(ctx: ToolContext) -> str:
         """Wait for something that never comes."""
         given.append(ctx.timeout_s)

@@ -21,7 +21,8 @@ The grace lets an answer that is arriving arrive (a reply being streamed, a comm
 killed and reported) instead of throwing away the last call of every run that hits the
 budget. What the cap cannot shorten is work that is not an interruptible wait: journal
 writes, code that runs without awaiting (a context builder, an observer, a tool that blocks
-the event loop), a custom environment that ignores ``ToolContext.timeout_s``.
+the event loop), a run-end guard's check, the backoff before an action whose outcome was
+unknown is executed again, a custom environment that ignores ``ToolContext.timeout_s``.
 """
 
 from __future__ import annotations
