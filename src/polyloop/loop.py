@@ -76,6 +76,17 @@ class Loop:
             with ``on_task_completed`` also when a marker tool or the environment completed
             the run); a plain function becomes ``RunEndGuard(fn)`` (named after it, at most 2
             steers, final answers only).
+        time_budget_grace_s: seconds a call may run past the time budget
+            (``Limits.max_seconds``): every model call attempt and every action is given what
+            is left of the budget when it begins plus this grace (the action as
+            ``ToolContext.timeout_s``), no retry starts after the budget's end, and the
+            wrap-up call gets this grace of its own (see :mod:`polyloop.kernel.deadline`). A
+            run with a time budget is then active at most ``max_seconds`` plus the grace (two
+            with ``wrap_up``) plus what cannot be interrupted (journal writes, code that does
+            not await). 5 s by default: enough for an answer that is arriving to arrive (a
+            reply being streamed, a timed-out command being killed and reported), small
+            against the minutes runs are budgeted. 0: every call is stopped at the budget's
+            end.
         report_hook: ``report_hook(report) -> [direction, ...]``: candidate directions of
             your own for the escalation report of a ``repeated_failure`` run, appended to
             those PolyLoop reads from the ledger (sync; must not block; an exception it raises
@@ -83,9 +94,9 @@ class Loop:
 
     Raises:
         TypeError: both ``tools`` and ``environment`` given, or a seam of the wrong shape.
-        ConfigError: ``cancel_grace_s`` not a finite number >= 0, ``lease_ttl_s`` not a
-            finite number > 0, ``approval_timeout_s`` neither None nor a finite number > 0
-            (NaN, ``inf`` and bools are refused: "never" is None).
+        ConfigError: ``cancel_grace_s`` or ``time_budget_grace_s`` not a finite number
+            >= 0, ``lease_ttl_s`` not a finite number > 0, ``approval_timeout_s`` neither None
+            nor a finite number > 0 (NaN, ``inf`` and bools are refused: "never" is None).
 
     A ``Loop`` keeps no per-run state beyond its active runs (for :meth:`detach`, and to hand
     :meth:`stop` / :meth:`cancel` requests to them at once), so concurrent ``run`` calls on one
@@ -112,6 +123,7 @@ class Loop:
         wrap_up: bool = False,
         report_hook: ReportHook | None = None,
         approval_timeout_s: float | None = None,
+        time_budget_grace_s: float = 5.0,
     ) -> None:
         if tools is not None and environment is not None:
             raise TypeError(
@@ -122,6 +134,7 @@ class Loop:
             raise TypeError(f"model must have an async complete(request) method, got {model!r}")
         check_number("cancel_grace_s", cancel_grace_s, unit=" of seconds")
         check_number("lease_ttl_s", lease_ttl_s, above=True, unit=" of seconds")
+        check_number("time_budget_grace_s", time_budget_grace_s, unit=" of seconds")
         check_number(
             "approval_timeout_s", approval_timeout_s, above=True, none="never", unit=" of seconds"
         )
@@ -155,6 +168,7 @@ class Loop:
                 report_hook=report_hook,
                 approval_timeout_s=approval_timeout_s,
                 approval_denied=templates.approval_denied,
+                time_budget_grace_s=float(time_budget_grace_s),
             )
         )
 

@@ -51,7 +51,12 @@ MaxCostOpt = Annotated[
 MaxSecondsOpt = Annotated[
     float | None,
     typer.Option(
-        "--max-seconds", help="Seconds the run may be active (time_budget).", parser=finite
+        "--max-seconds",
+        parser=finite,
+        help="Seconds the run may be active (time_budget). A model call or tool still running "
+        "then is stopped 5 s later (the grace) and no retry starts after it, so the run ends "
+        "at most 5 s past the budget, plus what cannot be interrupted (journal writes, a "
+        "timed-out command's kill).",
     ),
 ]
 TimeoutOpt = Annotated[

@@ -34,7 +34,7 @@ from ..types import (
     StopReason,
     ToolContext,
 )
-from . import eager, guarding, liveness, stopping
+from . import deadline, eager, guarding, liveness, stopping
 from .driver import Driver, StepCtx
 from .report import build_report
 from .requests import pending_action
@@ -242,7 +242,9 @@ async def act(d: Driver, sc: StepCtx) -> RunResult | None:
         # caught earlier only costs this yield.
         await asyncio.sleep(0)
     intent = sc.intent
-    ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id, sc.approved_by)
+    end = d.state.limits.max_seconds
+    budget = None if end is None else deadline.cap(d, end)
+    ctx = ToolContext(d.run_id, intent.step_idx, intent.op_id, sc.approved_by, budget)
     if d._observers:
         d._emit(
             ActionStarted(

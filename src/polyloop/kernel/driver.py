@@ -100,6 +100,9 @@ class KernelConfig:
     (a sweeper may then deny it, reason "timed out"); None: never."""
     approval_denied: str = DEFAULT_TEMPLATES.approval_denied
     """The observation of a denied action (``Templates.approval_denied``)."""
+    time_budget_grace_s: float = 5.0
+    """``Loop(time_budget_grace_s=...)``: what a call may run past ``Limits.max_seconds``
+    (:mod:`.deadline`)."""
     # Derived once here, not per run (checking a runtime Protocol costs more than a short
     # run's first step): the models a step may ask, in order (a FallbackModel's, or the one
     # model), the failure kinds that move to the next one, and the environment's

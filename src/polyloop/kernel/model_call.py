@@ -29,7 +29,7 @@ from ..types import (
     Usage,
     usage_refusal,
 )
-from . import deciding, stopping
+from . import deadline, deciding, stopping
 from . import wrap_up as wrapping
 from .driver import Driver
 from .steps import model_failure_step, model_failures_in_a_row
@@ -106,10 +106,14 @@ async def model_phase(
     the wrap-up call (``tool_choice="none"``, its message added; :mod:`.wrap_up`);
     ``written``: the first attempt's model intent is durable already (written with the step
     before it: ``Driver._next_intent``); ``shown``: an earlier attempt of this step showed
-    partial output (``ModelDelta`` events), so the step never falls back to another model."""
+    partial output (``ModelDelta`` events), so the step never falls back to another model.
+
+    With a time budget, each attempt is stopped at what is left of it plus the grace, and no
+    further attempt starts after its end (:mod:`.deadline`)."""
     cfg = d.cfg
     clock = cfg.clock
     last = len(d._models) - 1
+    end = deadline.budget_end(d) if wrap_up is None else deadline.wrap_up_end(d)
     while True:
         tier = min(tier, last)
         name = d._model_names[tier]
@@ -134,8 +138,14 @@ async def model_phase(
         else:
             request = wrapping.request(d, step_idx, attempt, wrap_up, on_delta)
         t = clock.monotonic()
+        limit: asyncio.Timeout | None = None
         try:
-            reply = await d._models[tier].complete(request)
+            if end is None:
+                reply = await d._models[tier].complete(request)
+            else:
+                seconds = deadline.cap(d, end)
+                async with asyncio.timeout(seconds) as limit:
+                    reply = await d._models[tier].complete(request)
             if not isinstance(reply, ModelReply):
                 raise TypeError(f"the model returned {type(reply).__name__}, not ModelReply")
             # Before anything records or reads it; a reply that breaks its contract (arguments
@@ -145,7 +155,10 @@ async def model_phase(
             raise
         except Exception as exc:
             latency = (clock.monotonic() - t) * 1000
-            info, bad = error_info(exc)
+            budget = limit is not None and limit.expired()  # the time budget's cap stopped it
+            info, bad = error_info(
+                deadline.cut(seconds, cfg.time_budget_grace_s) if budget else exc
+            )
             replaced += bad
             failures += 1
             if d._observers:
@@ -162,18 +175,30 @@ async def model_phase(
                 )
             partial = d._partial
             shown = shown or partial
-            if info.retryable and cfg.retry.allows_retry(failures, info.retry_after):
+            retry = info.retryable and cfg.retry.allows_retry(failures, info.retry_after)
+            # The next model's turn, unless partial output of this step was already shown
+            # (by any attempt): then recovery stays with its model (a fallback would change
+            # an answer in view).
+            fallback = tier < last and info.kind in d._fallback_on and not shown
+            backoff = (
+                cfg.retry.backoff_s(failures, info.retry_after, random.random()) if retry else 0.0
+            )
+            # No attempt starts at or after the time budget's end (nor after the cap cut one).
+            if end is not None and (
+                budget or ((retry or fallback) and d._active() + backoff >= end)
+            ):
+                await deadline.wait_out(d, end)
+                retry = fallback = False
+                budget = True
+            if retry:
                 retried = ModelAttemptFailed(
                     step_idx, intent_id, attempt, info, latency, bad, partial_shown=partial
                 )
                 await d._write((retried,))
-                await clock.sleep(cfg.retry.backoff_s(failures, info.retry_after, random.random()))
+                await clock.sleep(backoff)
                 attempt += 1
                 continue
-            # The next model's turn, unless partial output of this step was already shown
-            # (by any attempt): then recovery stays with its model (a fallback would change
-            # an answer in view).
-            if tier < last and info.kind in d._fallback_on and not shown:
+            if fallback:
                 fell = ModelAttemptFailed(
                     step_idx, intent_id, attempt, info, latency, bad, fallback=True
                 )
@@ -187,7 +212,7 @@ async def model_phase(
             step = model_failure_step(step_idx, prompt_chars, wall, replaced)
             if wrap_up is not None:
                 return await wrapping.failed(d, wrap_up, step, info.detail(attempt))
-            return await failed(d, step, info.detail(attempt))
+            return await failed(d, step, info.detail(attempt), budget=budget)
         latency = (clock.monotonic() - t) * 1000
         if reply.usage is not None and (refused := usage_refusal(reply.usage)) is not None:
             reply = refuse_usage(d.run_id, step_idx, attempt, reply, refused)
@@ -211,13 +236,20 @@ async def model_phase(
         )
 
 
-async def failed(d: Driver, step: StepRecord, detail: str) -> RunResult | None:
+async def failed(
+    d: Driver, step: StepRecord, detail: str, *, budget: bool = False
+) -> RunResult | None:
     """The step of a model call that failed after the retry policy (its ``model_failure``
     durable): with the end record ``llm_error`` when it makes
     ``max_consecutive_model_failures`` such steps in a row, else appended (it adds nothing to
     the conversation) and the run goes on at A. Live and on resume alike: the count is read
-    from the steps at the end of the trajectory."""
+    from the steps at the end of the trajectory. ``budget``: the time budget's cap stopped
+    the call, or refused the attempt that would have followed (:mod:`.deadline`): the step is
+    appended and A ends the run ``time_budget``."""
     st = d.state
+    if budget:
+        await d._append_step((), step, None, 0)
+        return None
     limit = st.limits.max_consecutive_model_failures
     in_a_row = 1 + model_failures_in_a_row(st.steps, limit - 1)
     reason = stopping.after_model_failure(st.limits, in_a_row)

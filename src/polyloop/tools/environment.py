@@ -35,6 +35,7 @@ from polyloop.types import (
     nested_deeper,
 )
 
+from ._deadline import keeps_own_deadline, within
 from ._threads import in_thread
 from .registry import InvalidArguments, Tool, ToolRegistry
 
@@ -138,8 +139,9 @@ class ToolEnvironment:
             completion-marker tool returned normally; ``executed`` with a synthetic error
             observation and ``failure`` when the tool raised (``CancelledError`` too, when the
             call itself was not cancelled: the tool awaited something another party
-            cancelled), or when it ran past its ``timeout_s`` (stopped: its side effects may
-            have happened); ``env_error`` when it raised ``EnvironmentFailure``.
+            cancelled), or when it ran past its ``timeout_s`` or the run's time budget
+            (``ToolContext.timeout_s``, when smaller; recorded as that timeout: stopped, its
+            side effects may have happened); ``env_error`` when it raised ``EnvironmentFailure``.
 
         Raises:
             asyncio.CancelledError: the call was cancelled (a sync tool's thread runs on).
@@ -156,16 +158,19 @@ class ToolEnvironment:
             except Exception as exc:
                 return self._invalid_arguments(tool, exc)
         limit: asyncio.Timeout | None = None
+        seconds = tool.timeout_s
+        if ctx.timeout_s is not None and not keeps_own_deadline(tool.function):
+            seconds = within(seconds, ctx.timeout_s)  # the run's time budget
         try:
-            if tool.timeout_s is None:
+            if seconds is None:
                 result = await tool.call(values, ctx)
             else:
-                async with asyncio.timeout(tool.timeout_s) as limit:
+                async with asyncio.timeout(seconds) as limit:
                     result = await tool.call(values, ctx)
         except TimeoutError as exc:
-            if limit is None or not limit.expired():
+            if limit is None or not limit.expired() or seconds is None:
                 return self._raised(tool, exc)  # the tool's own TimeoutError
-            return self._timed_out(tool, exc)
+            return self._timed_out(tool, seconds)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -192,10 +197,9 @@ class ToolEnvironment:
             ActionStatus.executed, _observation_of(result), marker=tool.completion_marker
         )
 
-    def _timed_out(self, tool: Tool, exc: BaseException) -> Outcome:
-        assert tool.timeout_s is not None
-        text = self._templates.tool_timeout.format(name=tool.name, seconds=tool.timeout_s)
-        failure = Failure(None, "TimeoutError", None, f"timed out after {tool.timeout_s:g} s")
+    def _timed_out(self, tool: Tool, seconds: float) -> Outcome:
+        text = self._templates.tool_timeout.format(name=tool.name, seconds=seconds)
+        failure = Failure(None, "TimeoutError", None, f"timed out after {seconds:g} s")
         return Outcome(ActionStatus.executed, text, synthetic=True, failure=failure)
 
     def _raised(self, tool: Tool, exc: BaseException) -> Outcome:

@@ -42,7 +42,8 @@ class Templates:
         "Error: {name!r} timed out after {seconds:g} s and was stopped; side effects may have "
         "happened."
     )
-    """Placeholders: ``name``, ``seconds`` (the tool's ``timeout_s``)."""
+    """Placeholders: ``name``, ``seconds`` (the tool's ``timeout_s``, or the run's time budget's
+    ``ToolContext.timeout_s`` when that is smaller)."""
     wrap_up: str = (
         "The {budget} is spent: no more tool calls. Give your best final answer now, as plain "
         "text, with what you have found so far."

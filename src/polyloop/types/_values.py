@@ -14,6 +14,7 @@ from ._checks import check_amount, check_limit, check_number
 from ._enums import ActionStatus
 from ._errors import ConfigError, MalformedValue
 from ._fast import fast_init
+from ._tool_context import ToolContext
 from ._usage import Pricing, Usage
 
 __all__ = [
@@ -509,20 +510,6 @@ class Outcome:
         if self.failures:
             return self.failures
         return () if self.failure is None else (self.failure,)
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """Handed to a tool that asks for it. ``op_id`` is allocated and journaled before the call
-    and stays the same if the call is replayed on resume: use it as an idempotency key."""
-
-    run_id: str
-    step_idx: int
-    op_id: str
-    approved_by: str | None = None
-    """Who approved this action, when it needed approval (a tool declared with ``approval=``)
-    and a person approved it (``Loop.approve``); None otherwise."""
 
 
 def _check_limit(name: str, value: object, *, optional: bool) -> None:

@@ -11,6 +11,7 @@ import pydantic
 
 from polyloop.types import ActionStatus, ConfigError, Failure, Outcome, ToolContext, check_number
 
+from .._deadline import own_deadline, within
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ToolRegistry
@@ -187,8 +188,9 @@ def workspace_tools(
     if runner is not None:
         shell_runner = runner  # bound for the closure, with its narrowed type
 
+        @own_deadline  # ends the command at the run's time budget as at its own timeout
         async def shell_tool(command: str, ctx: ToolContext) -> str | Outcome:
-            return await shell_runner(command, ctx.approved_by)
+            return await shell_runner(command, ctx.approved_by, ctx.timeout_s)
 
         shell_tool.__doc__ = texts.shell_doc.format(
             shell=shell_runner.shell_name,
@@ -245,7 +247,11 @@ class _Shell:
         call waits for a person's decision through the journal (the run parks)."""
         return self._approve is None and self._policy.decide(command).decision == "prompt"
 
-    async def __call__(self, command: str, approved_by: str | None = None) -> str | Outcome:
+    async def __call__(
+        self, command: str, approved_by: str | None = None, budget_s: float | None = None
+    ) -> str | Outcome:
+        """Run ``command`` (``budget_s``: the run's time budget, ``ToolContext.timeout_s``:
+        the command is killed at the smaller of it and the shell's timeout, reported alike)."""
         t = self._texts
         if not command.strip():
             return Refused(t.shell_empty).outcome()
@@ -255,14 +261,16 @@ class _Shell:
         refusal = await self._check(verdict, command, approved_by)
         if refusal is not None:
             return Refused(refusal).outcome()
+        timeout_s = within(self._timeout_s, budget_s)
+        assert timeout_s is not None
         result = await run_shell(
             command,
             program=self._program,
             cwd=self._cwd,
-            timeout_s=self._timeout_s,
+            timeout_s=timeout_s,
             max_chars=self._max_chars,
         )
-        return self._observation(result)
+        return self._observation(result, timeout_s)
 
     async def _check(self, verdict: Verdict, command: str, approved_by: str | None) -> str | None:
         """None if the command may run, else the refusal (``approved_by``: a person approved
@@ -291,7 +299,7 @@ class _Shell:
             return t.shell_declined.format(rule=named, reason=reason)
         return None
 
-    def _observation(self, result: ShellResult) -> str | Outcome:
+    def _observation(self, result: ShellResult, timeout_s: float) -> str | Outcome:
         t = self._texts
         body = result.head
         if result.omitted:
@@ -301,17 +309,15 @@ class _Shell:
             body = t.shell_no_output
         count = self._processes
         if result.timed_out and not result.whole_tree:
-            status = t.shell_timeout_group.format(timeout_s=self._timeout_s)
+            status = t.shell_timeout_group.format(timeout_s=timeout_s)
         elif result.timed_out and result.unkillable:
             status = t.shell_timeout_partial.format(
-                timeout_s=self._timeout_s,
+                timeout_s=timeout_s,
                 processes=count(result.killed),
                 unkillable=count(result.unkillable),
             )
         elif result.timed_out:
-            status = t.shell_timeout.format(
-                timeout_s=self._timeout_s, processes=count(result.killed)
-            )
+            status = t.shell_timeout.format(timeout_s=timeout_s, processes=count(result.killed))
         else:
             if result.returncode is not None and result.returncode < 0:
                 status = t.shell_signal.format(signal=-result.returncode)

@@ -34,6 +34,7 @@ from polyloop.types import (
     check_number,
 )
 
+from .._deadline import within
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ReconcileHook, Tool, ToolRegistry
@@ -354,19 +355,17 @@ class MCPServer:
             text = self.texts.not_sent.format(tool=name, server=self.spec, reason=exc)
             return Outcome(ActionStatus.not_executed, text, synthetic=True)
         self._sent.discard(op_id)
+        timeout = within(self.timeout_s, ctx.timeout_s)  # the run's time budget, if smaller
         try:
             result = await session.call_tool(
-                name,
-                dict(arguments),
-                read_timeout_seconds=self.timeout_s,
-                meta=request_meta(op_id),
+                name, dict(arguments), read_timeout_seconds=timeout, meta=request_meta(op_id)
             )
         except MCPError as exc:
-            return self._error_outcome(name, exc, sent=op_id in self._sent)
+            return self._error_outcome(name, exc, op_id in self._sent, timeout)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             return self._lost(name, _reason(exc), sent=op_id in self._sent)
         except (RuntimeError, pydantic.ValidationError) as exc:  # the SDK refused the result
-            return self._error_outcome(name, refused(exc), sent=op_id in self._sent)
+            return self._error_outcome(name, refused(exc), op_id in self._sent, None)
         finally:
             self._sent.discard(op_id)
         store = self._store if self._store_dir is not None else None
@@ -379,10 +378,10 @@ class MCPServer:
             omitted=self.texts.omitted,
         )
 
-    def _error_outcome(self, name: str, exc: MCPError, *, sent: bool) -> Outcome:
+    def _error_outcome(self, name: str, exc: MCPError, sent: bool, limit: float | None) -> Outcome:
         code = exc.error.code
         if code == mcp_types.REQUEST_TIMEOUT:
-            timeout = self.timeout_s or 0.0
+            timeout = limit or 0.0
             text = self.texts.timed_out.format(tool=name, server=self.spec, timeout_s=timeout)
             return _failed(text, "MCPTimeout", text)
         if code == mcp_types.CONNECTION_CLOSED:

@@ -14,6 +14,7 @@ import mcp_types
 
 from polyloop.types import ConfigError, ReplayPolicy, ToolContext
 
+from .._deadline import own_deadline
 from ..registry import ReconcileHook, Tool, ToolRegistry
 from ._results import arguments_validator
 
@@ -123,7 +124,7 @@ def register_listed(
                 description=t.description or n,
                 parameters=t.input_schema,
                 validate=arguments_validator(t.input_schema, where=f"{origin}: tool {n!r}"),
-                call=functools.partial(call, n),
+                call=own_deadline(functools.partial(call, n)),  # ends at ctx.timeout_s
                 replay=policy,  # type: ignore[arg-type]  # checked by the registry
                 reconcile=hooks.get(n),
                 completion_marker=n in completion_markers,
