@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -109,8 +110,9 @@ def main() -> None:
     out = Path(__file__).parent / "results" / "shell_watch.md"
     out.write_text(
         "# The shell tool's watch of the workspace, per command\n\n"
-        f"`python -m bench.shell_watch --tests {args.tests} --reps {args.reps}`, median ms.\n\n"
-        + table
+        f"`python -m bench.shell_watch --tests {args.tests} --reps {args.reps}`, median wall "
+        f"ms (CPU ms), on {os.cpu_count()} cores at load average "
+        f"{os.getloadavg()[0]:.1f} (a shared machine: the CPU time is the cost).\n\n" + table
     )
 
 
