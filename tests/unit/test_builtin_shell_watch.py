@@ -142,3 +142,11 @@ async def test_in_a_read_only_workspace_every_shell_write_is_reported(root: Path
     many = await sh(env, "for i in $(seq 12); do echo > f$i.txt; done")
     assert "f6.txt, f7.txt and 2 more. They were not undone." in many.observation
     assert len(many.edits) == 12
+
+
+async def test_no_test_paths_and_no_writable_paths_watch_nothing(root: Path) -> None:
+    env = env_for(root, test_paths=[])
+    outcome = await sh(env, "sed -i 's/== 5/>= 0/' tests/test_orders.py; rm shop/__init__.py")
+    assert outcome.edits == ()
+    other = await sh(env_for(root, test_paths=["checks/**"]), "echo > checks.py; echo > t.py")
+    assert other.edits == ()

@@ -105,7 +105,8 @@ def workspace_tools(
     ``writable_paths``, the files it changed outside them (``FileEdit(path)``); other files
     a command changes are not reported. A test file is read again only when its size, times
     or inode changed; each command costs two walks of the workspace (measured in
-    ``bench/shell_watch.py``). To forbid test edits instead, leave test files out of
+    ``bench/shell_watch.py``); ``test_paths=[]`` without ``writable_paths`` turns the watch
+    off. To forbid test edits instead, leave test files out of
     ``writable_paths`` (e.g. ``["!tests/**", "!**/test_*.py"]``). A failing ``pytest`` or
     ``unittest`` run through ``shell`` reports its failing tests in ``Outcome.failures`` (the
     first as ``failure``).
