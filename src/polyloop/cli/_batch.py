@@ -34,11 +34,10 @@ def batch_loop(config: dict[str, Any], journal: Any) -> Any:
     """The Loop of a batch started by the command, from its stored config (module-level, so
     Ray workers can import it)."""
     from polyloop import Limits, Loop
-    from polyloop.tools.builtin import workspace_tools
 
-    from ._setup import _model
+    from ._setup import _model, workspace_tools_of
 
-    tools = workspace_tools(Path(config["workspace"]), shell="shell" in config["tools"])
+    tools = workspace_tools_of(config)
     limits = Limits.from_dict(config["limits"])
     return Loop(_model(config), tools=tools, journal=journal, limits=limits)
 

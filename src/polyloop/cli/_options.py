@@ -172,6 +172,27 @@ MetadataOpt = Annotated[
 
 RESERVED_METADATA = ("cli",)
 """The metadata keys the command fills in itself: ``cli``, the run's stored config."""
+WritablePathsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--writable-paths",
+        metavar="GLOB",
+        help="Where write_file and edit_file may write: a path or glob relative to the "
+        "workspace ('src', 'docs/*.md', '**/*.py'; '!GLOB' excludes). Repeatable; default: "
+        "anywhere. A write elsewhere is refused (the model is told; nothing is written). The "
+        "shell cannot be confined: files a command changes outside them are named to the "
+        "model and in the step's edits, not undone. Stored with the run.",
+    ),
+]
+ReadOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--read-only",
+        help="No writes through write_file and edit_file (as --writable-paths with no path); "
+        "files a shell command changes are reported, not prevented (use --tools files to "
+        "leave the shell out). Stored with the run.",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -200,6 +221,8 @@ class RunOptions:
     baseline: bool
     stream: bool
     metadata: list[str] | None
+    writable_paths: list[str] | None
+    read_only: bool
 
     def user_metadata(self) -> dict[str, str]:
         """``--metadata KEY=VALUE`` as a dict (a later KEY wins). Raises ``BadInput`` for an
@@ -233,6 +256,7 @@ class RunOptions:
             budgets=self._budgets(),
             guard=self._guard(),
             stream=self.stream,
+            writable_paths=self._writable(),
         )
         config.update(
             mcp_config(
@@ -265,6 +289,14 @@ class RunOptions:
             "max_cost": self.max_cost,
             "max_seconds": self.max_seconds,
         }
+
+    def _writable(self) -> list[str] | None:
+        if self.read_only and self.writable_paths:
+            raise BadInput(
+                "--read-only and --writable-paths cannot be combined: --read-only allows no "
+                "writes; pass one of them"
+            )
+        return [] if self.read_only else self.writable_paths
 
     def _guard(self) -> FailureGuardArgs:
         return FailureGuardArgs(
@@ -309,6 +341,8 @@ def _flags(
     baseline: BaselineOpt = False,
     stream: StreamOpt = False,
     metadata: MetadataOpt = None,
+    writable_paths: WritablePathsOpt = None,
+    read_only: ReadOnlyOpt = False,
 ) -> None:
     """The run options' flags, in the order ``--help`` lists them (the fields of
     :class:`RunOptions`)."""

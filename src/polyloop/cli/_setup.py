@@ -98,13 +98,16 @@ def run_config(
     budgets: dict[str, Any] | None = None,
     guard: FailureGuardArgs | None = None,
     stream: bool = False,
+    writable_paths: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Check the ``run`` arguments; the result is stored with the run (for ``resume``).
     ``timeout_s`` (the model call's request timeout) is stored only when given: a run
     without it uses ``OpenAIModel``'s default. ``budgets``: ``max_tokens``, ``max_cost``,
     ``max_seconds`` (None: unbounded). ``guard``: the failure guard's options
     (``polyloop run`` passes them; ``batch``, whose run ids derive from its options, does
-    not). ``stream`` is stored only when True (a resumed run streams as it did)."""
+    not). ``stream`` is stored only when True (a resumed run streams as it did).
+    ``writable_paths`` (``--writable-paths``; ``[]`` for ``--read-only``) is checked here and
+    stored only when given (None: the whole workspace is writable)."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model takes PROVIDER:MODEL, got {model!r}: use {_PROVIDERS}")
@@ -134,6 +137,9 @@ def run_config(
         config["timeout_s"] = check_timeout(timeout_s)
     if stream:
         config["stream"] = True
+    if writable_paths is not None:
+        config["writable_paths"] = list(writable_paths)
+        workspace_tools_of(config)  # a bad glob is one line now, before anything is written
     return config
 
 
@@ -307,12 +313,29 @@ def model_overrides(*, base_url: str | None, timeout_s: float | None) -> dict[st
 def loop_parts(config: dict[str, Any]) -> tuple[Any, Any]:
     """The model and the tools of a new run's ``config``, built before its journal is opened
     (so that a run that cannot start leaves no journal file behind). Raises ``BadInput``."""
-    from polyloop.tools.builtin import workspace_tools
 
     workspace = Path(config["workspace"])
     if not workspace.is_dir():
         raise BadInput(f"the workspace {workspace} does not exist or is not a folder")
-    return _model(config), workspace_tools(workspace, shell="shell" in config["tools"])
+    return _model(config), workspace_tools_of(config)
+
+
+def workspace_tools_of(config: dict[str, Any]) -> ToolRegistry:
+    """The workspace tools of a run's stored ``config`` (a new run, ``resume``, ``batch``
+    and ``recover`` build the same ones): its tool sets and its ``writable_paths``. Raises
+    ``BadInput`` for a ``writable_paths`` entry the workspace refuses."""
+    from polyloop.tools.builtin import workspace_tools
+
+    try:
+        return workspace_tools(
+            config["workspace"],
+            shell="shell" in config["tools"],
+            writable_paths=config.get("writable_paths"),
+        )
+    except ConfigError as exc:
+        raise BadInput(
+            str(exc).replace("workspace_tools: writable_paths entry", "--writable-paths")
+        ) from None
 
 
 def _model(config: dict[str, Any]) -> Any:
@@ -405,9 +428,7 @@ async def build_loop(
     workspace = Path(config["workspace"])
     if not await asyncio.to_thread(workspace.is_dir):
         raise BadInput(f"the run's workspace {workspace} no longer exists")
-    from polyloop.tools.builtin import workspace_tools
-
-    tools = workspace_tools(workspace, shell="shell" in config["tools"])
+    tools = workspace_tools_of(config)
     model = _model(config)
     if config.get("mcp"):
         if servers is None:

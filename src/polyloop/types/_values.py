@@ -357,10 +357,11 @@ reader of text cannot tell), a skip or expected-failure marker added."""
 @dataclass(frozen=True, slots=True)
 class FileEdit:
     """A file an action changed, as the environment reports it in :attr:`Outcome.edits` (the
-    workspace tools' ``write_file`` and ``edit_file`` do; a shell command's changes are not
-    seen). The failure guard reads it (the first edit ends the baseline, the files changed per
-    round show a fix spreading), and every edit of a test file is journaled as a
-    ``test_edit`` record, so that tests weakened to turn red into green are visible.
+    workspace tools' ``write_file`` and ``edit_file`` do, and ``shell`` for the test files a
+    command changed and, with ``writable_paths``, the files it changed outside them). The
+    failure guard reads it (the first edit ends the baseline, the files changed per round
+    show a fix spreading), and every edit of a test file is journaled as a ``test_edit``
+    record, so that tests weakened to turn red into green are visible.
 
     Each field is checked here (``MalformedValue``).
     """

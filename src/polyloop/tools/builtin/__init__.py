@@ -23,7 +23,9 @@ output cap and a command policy. Every model-visible string is in :class:`Builti
 :class:`~polyloop.types.Failure` values; the shell tool uses it to set ``Outcome.failures`` on
 a test run that exits non-zero (the failure guard counts the first one's fingerprint).
 ``write_file`` and ``edit_file`` report their edits in ``Outcome.edits``, and flag the edits
-of test files (``test_paths``, default :data:`DEFAULT_TEST_PATHS`).
+of test files (``test_paths``, default :data:`DEFAULT_TEST_PATHS`); ``shell`` reports the test
+files a command changed the same way, and, with ``writable_paths``, the files it changed
+outside them (it cannot be prevented from writing them: they are reported, not undone).
 """
 
 from ._policy import Approver, CommandPolicy, PolicyDecision, Rule, Verdict

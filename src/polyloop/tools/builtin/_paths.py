@@ -456,17 +456,22 @@ class Workspace:
         Raises:
             Refused: ``rel`` is neither a writable path nor below one.
         """
+        if not self.is_writable(rel):
+            raise Refused(self._texts.not_writable.format(path=path, paths=self._writable_names))
+
+    def is_writable(self, rel: str) -> bool:
+        """May ``rel`` (relative to the root, "/"-separated) be written: it or a parent
+        directory matches ``writable_paths`` and none matches an exclusion (always True
+        without ``writable_paths``)."""
         if self._writable is None:
-            return
+            return True
         candidates = [rel]
         while rel != ".":
             rel = posixpath.dirname(rel) or "."
             candidates.append(rel)
-        if not any(rx.fullmatch(c) for rx in self._excluded for c in candidates) and any(
+        return not any(rx.fullmatch(c) for rx in self._excluded for c in candidates) and any(
             rx.fullmatch(c) for rx in self._writable for c in candidates
-        ):
-            return
-        raise Refused(self._texts.not_writable.format(path=path, paths=self._writable_names))
+        )
 
     def relative(self, real: Path | str) -> str:
         """``real`` (inside the root) relative to the root, with "/" separators; "." for the

@@ -146,6 +146,14 @@ class BuiltinTexts:
         "written: {paths}. Keep your changes inside them."
     )
     """Placeholders: ``path``, ``paths`` (comma-separated, or :attr:`nothing_writable`)."""
+    shell_outside_writable: str = (
+        "Note: this command changed files outside the paths that may be written ({paths}): "
+        "{files}. They were not undone. Restore them if you can, and change only files "
+        "inside those paths."
+    )
+    """Appended to a shell command's output when it created, changed or deleted files outside
+    ``writable_paths``. Placeholders: ``paths`` (as in :attr:`not_writable`), ``files`` (the
+    first 10 paths, comma-separated, then ``and N more``)."""
     not_found: str = (
         "Error: there is no file or directory {path!r} in the workspace; nothing was done. "
         "Use list_files to see which files exist."

@@ -9,7 +9,15 @@ from typing import Annotated, Any
 
 import pydantic
 
-from polyloop.types import ActionStatus, ConfigError, Failure, Outcome, ToolContext, check_number
+from polyloop.types import (
+    ActionStatus,
+    ConfigError,
+    Failure,
+    FileEdit,
+    Outcome,
+    ToolContext,
+    check_number,
+)
 
 from .._deadline import own_deadline, within
 from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
@@ -22,11 +30,14 @@ from ._shell import ShellResult, default_shell, run_shell
 from ._test_edits import DEFAULT_TEST_PATHS, TestPaths
 from ._test_reports import extract_failures
 from ._texts import DEFAULT_BUILTIN_TEXTS, BuiltinTexts
+from ._watch import ShellWatch
 
 __all__ = ["TOOL_NAMES", "workspace_tools"]
 
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "grep", "shell")
 """The names ``workspace_tools`` registers, in order (``shell`` only with ``shell=True``)."""
+
+_OUTSIDE_SHOWN = 10  # files named in the note on a command's writes outside writable_paths
 
 # Put where the output cap cut a test report: it ends a pytest section and a unittest block, so
 # the tail's half-entry is not read as the end of the head's last entry.
@@ -66,6 +77,18 @@ def workspace_tools(
     these rules (its working directory is the root, nothing more): confine it with
     ``command_policy`` and an operating-system sandbox. POSIX only.
 
+    ``writable_paths`` cannot confine the shell either (no portable mechanism stops a process
+    from writing): a command runs with the rights of the process. What it changed is
+    detected afterwards instead: the workspace's test files and, with ``writable_paths``,
+    its files outside them are compared before and after each command (a stat walk of the
+    workspace; see ``Outcome.edits`` below). Files it created, changed or deleted outside
+    ``writable_paths`` are named in the observation (the model is told they were not
+    allowed) and reported in ``Outcome.edits``; they are **not** undone. For a guarantee,
+    pass ``shell=False`` or run the process in an operating-system sandbox. Not looked into:
+    folders whose name starts with "." (``.git``, ``.venv``, caches), ``node_modules``,
+    ``__pycache__``, ``site-packages`` and virtual environments; a change another process
+    makes in the workspace while a command runs is reported as the command's.
+
     The file tools are confined by construction: every path is walked one component at a time
     from an open descriptor of the root, never following a symlink (one inside the root is
     read and followed only while its target stays inside), and writes rename a temporary file
@@ -78,9 +101,16 @@ def workspace_tools(
     :class:`~polyloop.types.FileEdit`): the failure guard reads it, and an edit of a test file
     (``test_paths``) is flagged with what it did to the tests in it (a test or an assertion
     deleted, an assertion changed, a skip marker added) and journaled as a ``test_edit``
-    record. To forbid test edits instead, leave test files out of ``writable_paths`` (e.g.
-    ``["!tests/**", "!**/test_*.py"]``). A failing ``pytest`` or ``unittest`` run through
-    ``shell`` reports its failing tests in ``Outcome.failures`` (the first as ``failure``).
+    record. ``shell`` reports the test files a command changed the same way (``sed -i``,
+    ``echo >``, ``rm``: the whole file before against the whole file after), and, with
+    ``writable_paths``, the files it changed outside them (``FileEdit(path)``); other files
+    a command changes are not reported. A test file is read again only when its size, times
+    or inode changed; each command costs two walks of the workspace (measured in
+    ``bench/shell_watch.py``); ``test_paths=[]`` without ``writable_paths`` turns the watch
+    off. To forbid test edits instead, leave test files out of
+    ``writable_paths`` (e.g. ``["!tests/**", "!**/test_*.py"]``). A failing ``pytest`` or
+    ``unittest`` run through ``shell`` reports its failing tests in ``Outcome.failures`` (the
+    first as ``failure``).
 
     Args:
         root: the workspace directory (it must exist); its real path is the root.
@@ -91,7 +121,9 @@ def workspace_tools(
             starting with "!" excludes what it matches, whatever else allows it (with only
             such entries, everything else is writable). None (the default) allows writes
             anywhere in the root; ``[]`` makes the workspace read-only. A write elsewhere is
-            ``not_executed``.
+            ``not_executed`` (nothing is written; the observation names the path and the
+            writable paths); a shell command's writes elsewhere are reported, not prevented
+            (above).
         shell: register the ``shell`` tool.
         shell_timeout_s: seconds before a command is killed with every process it started.
         max_output_chars: the most characters of content any one call shows; what is cut is
@@ -146,6 +178,7 @@ def workspace_tools(
         _Shell(
             workspace,
             texts,
+            ShellWatch(workspace, tests),
             timeout_s=float(shell_timeout_s),
             max_chars=max_output_chars,
             policy=CommandPolicy() if command_policy is None else command_policy,
@@ -222,6 +255,7 @@ class _Shell:
         self,
         workspace: Workspace,
         texts: BuiltinTexts,
+        watch: ShellWatch,
         *,
         timeout_s: float,
         max_chars: int,
@@ -235,6 +269,8 @@ class _Shell:
         if approve is not None and not callable(approve):
             raise ConfigError(f"workspace_tools: approve must be callable, got {approve!r}")
         self._cwd = str(workspace.root)
+        self._writable = workspace.writable_names
+        self._watch = watch
         self._texts = texts
         self._timeout_s = timeout_s
         self._max_chars = max_chars
@@ -263,6 +299,8 @@ class _Shell:
             return Refused(refusal).outcome()
         timeout_s = within(self._timeout_s, budget_s)
         assert timeout_s is not None
+        watch = self._watch
+        before = await in_thread(watch.snapshot) if watch.active else None
         result = await run_shell(
             command,
             program=self._program,
@@ -270,7 +308,10 @@ class _Shell:
             timeout_s=timeout_s,
             max_chars=self._max_chars,
         )
-        return self._observation(result, timeout_s)
+        if before is None:
+            return self._observation(result, timeout_s, (), ())
+        edits, outside = await in_thread(watch.changes, before)
+        return self._observation(result, timeout_s, edits, outside)
 
     async def _check(self, verdict: Verdict, command: str, approved_by: str | None) -> str | None:
         """None if the command may run, else the refusal (``approved_by``: a person approved
@@ -299,7 +340,13 @@ class _Shell:
             return t.shell_declined.format(rule=named, reason=reason)
         return None
 
-    def _observation(self, result: ShellResult, timeout_s: float) -> str | Outcome:
+    def _observation(
+        self,
+        result: ShellResult,
+        timeout_s: float,
+        edits: tuple[FileEdit, ...],
+        outside: tuple[str, ...],
+    ) -> str | Outcome:
         t = self._texts
         body = result.head
         if result.omitted:
@@ -328,10 +375,18 @@ class _Shell:
             if result.unkillable:
                 status += "\n" + t.shell_unkillable.format(processes=count(result.unkillable))
         text = body + ("" if body.endswith("\n") else "\n") + status
+        if outside:
+            more = len(outside) - _OUTSIDE_SHOWN
+            files = ", ".join(outside[:_OUTSIDE_SHOWN]) + (f" and {more} more" if more > 0 else "")
+            text += "\n" + t.shell_outside_writable.format(paths=self._writable, files=files)
         failures = _test_failures(result)
-        if result.omitted or failures:
+        if result.omitted or failures or edits:
             return Outcome(
-                ActionStatus.executed, text, truncated_chars=result.omitted, failures=failures
+                ActionStatus.executed,
+                text,
+                truncated_chars=result.omitted,
+                failures=failures,
+                edits=edits,
             )
         return text
 
