@@ -271,3 +271,36 @@ def test_a_test_red_before_the_run_does_not_end_a_fix_loop(
     assert done.code == 0, done
     assert "agent_finished" in done.out, done
     assert len(fake.requests) == 5
+
+
+def test_a_batch_whose_mcp_server_cannot_start_is_one_line_and_writes_nothing(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    goals(cli, "say a")
+    done = cli(*batch(fake, workspace, "--mcp", "polyloop-no-such-server --x"))
+    assert_one_line_error(done)
+    assert "cannot start the MCP server" in done.err, done
+    assert fake.requests == [] and not (cli.cwd / "j.db").exists()
+
+
+def test_the_failure_guard_ends_a_batch_run_stuck_on_a_failure_it_changed(
+    cli: CLI, fake: SlowableServer, workspace: Path
+) -> None:
+    (workspace / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (workspace / "test_calc.py").write_text(
+        "import unittest\n\nfrom calc import add\n\n\nclass C(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
+    )
+    (workspace / "test_other.py").write_text("")
+    broke = json.dumps({"path": "calc.py", "content": "def add(a, b):\n    return a * b\n"})
+    goals(cli, "make add faster")
+    fake.script(
+        completion(tool_calls=[tool_call("write_file", broke, id="w")], id="rw"),
+        unittest_call(1),
+        unittest_call(2),
+        completion("unreachable", id="r3"),
+    )
+    cli.env["PATH"] = f"{Path(__import__('sys').executable).parent}:{cli.env.get('PATH', '')}"
+    done = cli(*batch(fake, workspace, "--tools", "files,shell"))
+    assert done.code == 0, done
+    assert "1 runs: 1 ended (repeated_failure 1)" in done.out, done
