@@ -9,6 +9,7 @@ import asyncio
 import json
 import shlex
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,17 @@ def test_two_identical_mcp_tool_errors_do_not_end_a_run(
     assert len(errors) == 3 and all("Not/AZone" in m["content"] for m in errors), errors
 
 
+def calc(cli: CLI, workspace: Path, body: str) -> None:
+    """``calc.py`` (``add`` returning ``body``) and its test in ``workspace``; ``python`` (this
+    one) on the command's PATH, for the shell tool."""
+    (workspace / "calc.py").write_text(f"def add(a, b):\n    return {body}\n")
+    (workspace / "test_calc.py").write_text(
+        "import unittest\n\nfrom calc import add\n\n\nclass C(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
+    )
+    cli.env["PATH"] = f"{Path(sys.executable).parent}:{cli.env.get('PATH', '')}"
+
+
 def unittest_call(n: int) -> Any:
     command = json.dumps({"command": "python -m unittest -q test_other test_calc"})
     return completion(tool_calls=[tool_call("shell", command, id=f"t{n}")], id=f"r{n}")
@@ -253,11 +265,7 @@ def test_a_test_red_before_the_run_does_not_end_a_fix_loop(
         "import unittest\n\n\nclass T(unittest.TestCase):\n"
         "    def test_unrelated(self):\n        self.assertEqual('a', 'b')\n"
     )
-    (workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (workspace / "test_calc.py").write_text(
-        "import unittest\n\nfrom calc import add\n\n\nclass C(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    )
+    calc(cli, workspace, "a - b")
     fix = json.dumps({"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"})
     fake.script(
         unittest_call(1),
@@ -266,7 +274,6 @@ def test_a_test_red_before_the_run_does_not_end_a_fix_loop(
         unittest_call(3),
         completion("calc fixed; test_other fails for another reason", id="r4"),
     )
-    cli.env["PATH"] = f"{Path(__import__('sys').executable).parent}:{cli.env.get('PATH', '')}"
     done = cli(*run_args(fake, workspace, "--tools", "files,shell"))
     assert done.code == 0, done
     assert "agent_finished" in done.out, done
@@ -286,11 +293,7 @@ def test_a_batch_whose_mcp_server_cannot_start_is_one_line_and_writes_nothing(
 def test_the_failure_guard_ends_a_batch_run_stuck_on_a_failure_it_changed(
     cli: CLI, fake: SlowableServer, workspace: Path
 ) -> None:
-    (workspace / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (workspace / "test_calc.py").write_text(
-        "import unittest\n\nfrom calc import add\n\n\nclass C(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    )
+    calc(cli, workspace, "a + b")
     (workspace / "test_other.py").write_text("")
     broke = json.dumps({"path": "calc.py", "content": "def add(a, b):\n    return a * b\n"})
     goals(cli, "make add faster")
@@ -300,7 +303,6 @@ def test_the_failure_guard_ends_a_batch_run_stuck_on_a_failure_it_changed(
         unittest_call(2),
         completion("unreachable", id="r3"),
     )
-    cli.env["PATH"] = f"{Path(__import__('sys').executable).parent}:{cli.env.get('PATH', '')}"
     done = cli(*batch(fake, workspace, "--tools", "files,shell"))
     assert done.code == 0, done
     assert "1 runs: 1 ended (repeated_failure 1)" in done.out, done
