@@ -1086,7 +1086,9 @@ def test_run_turns_the_failure_guard_on_and_its_options_are_stored_with_the_run(
     fake.script(completion("Nothing to do.", id="chatcmpl-1"))
     done = cli(*run_args(fake, workspace, "--run-id", "d"))
     assert done.code == 0, done
-    assert asyncio.run(limits_of(cli.cwd / "j.db", "d")) == Limits(same_failure_limit=2)
+    assert asyncio.run(limits_of(cli.cwd / "j.db", "d")) == Limits(
+        same_failure_limit=2, baseline=True
+    )
     fake.script(completion("Nothing to do.", id="chatcmpl-2"))
     chosen = ("--same-failure-limit", "0", "--no-progress-rounds", "3", "--spreading-rounds", "2")
     known = ("--known-failure", "tests/t.py::test_a", "--known-failure", "b", "--baseline")
@@ -1121,7 +1123,7 @@ def test_a_run_stuck_on_one_failing_test_stops_repeated_failure_with_exit_code_5
     )
     model = ("--model", "openai:test-model", "--base-url", fake.url)
     done = cli("run", "fix calc", *model, "--workspace", str(workspace), "--journal", "j.db",
-               "--tools", "files,shell")  # fmt: skip
+               "--tools", "files,shell", "--no-baseline")  # fmt: skip
     assert done.code == 5, done
     assert "run_id" not in done.err and "repeated_failure after 2 steps" in done.out, done
     shown = cli("show", run_id_of(done.out), "--journal", "j.db")

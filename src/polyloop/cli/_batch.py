@@ -27,17 +27,19 @@ from ._common import (
     journal_spec,
 )
 from ._options import RESERVED_METADATA, RunOptions, run_options
-from ._setup import BadInput, build_loop, finite, run_config
+from ._setup import BadInput, add_mcp_tools, build_loop, finite, mcp_store, run_config
 
 
-def batch_loop(config: dict[str, Any], journal: Any) -> Any:
+def batch_loop(config: dict[str, Any], journal: Any, *, tools: Any = None) -> Any:
     """The Loop of a batch started by the command, from its stored config (module-level, so
-    Ray workers can import it)."""
+    Ray workers can import it). ``tools``: a registry already holding the batch's MCP tools
+    (:func:`_mcp_tools`); None: the workspace tools of ``config``."""
     from polyloop import Limits, Loop
 
     from ._setup import _model, workspace_tools_of
 
-    tools = workspace_tools_of(config)
+    if tools is None:
+        tools = workspace_tools_of(config)
     limits = Limits.from_dict(config["limits"])
     return Loop(_model(config), tools=tools, journal=journal, limits=limits)
 
@@ -49,6 +51,47 @@ def factory_loop(config: dict[str, Any], journal: Any) -> Any:
     from polyloop.batch import resolve_factory
 
     return resolve_factory(config["loop"])(journal)
+
+
+async def _mcp_tools(servers: contextlib.AsyncExitStack, config: dict[str, Any]) -> Any:
+    """The workspace tools of a batch with ``--mcp``, and its MCP servers' tools: each server
+    is connected once (closed with ``servers``, when the batch ends or is interrupted) and
+    shared by every run of the batch, as the workspace is; its calls go out side by side."""
+    from polyloop.tools.builtin import workspace_tools
+
+    workspace = Path(config["workspace"])
+    tools = workspace_tools(workspace, shell="shell" in config["tools"])
+    await add_mcp_tools(servers, tools, config, workspace, new_run=True)
+    return tools
+
+
+_NOT_IDENTITY = ("timeout_s", "stream", "mcp_headers", "mcp_store")
+"""Stored config keys that say how a run is carried out, not which run it is."""
+
+
+def run_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """What a batch run's derived id depends on, of the command's ``config``: the model and
+    server, workspace, tools, MCP servers and the tools chosen of them, sampling and budgets.
+    Not the failure guard, ``--timeout``, ``--stream`` or ``--mcp-header``: they say how the
+    run is watched and reached, and re-running the command with other ones continues the same
+    runs (each with the settings stored when it was made). For the options batch had before
+    the run options were shared, this is the config it stored, so ids derived then are found
+    again."""
+    from dataclasses import replace
+
+    from polyloop import Limits
+
+    limits = replace(
+        Limits.from_dict(config["limits"]),
+        same_failure_limit=None,
+        no_progress_rounds=None,
+        spreading_rounds=None,
+        known_failures=(),
+        baseline=False,
+    )
+    identity = {k: v for k, v in config.items() if k not in _NOT_IDENTITY}
+    identity["limits"] = limits.to_dict()
+    return identity
 
 
 def _loop_config(loop: str, options: RunOptions) -> dict[str, Any]:
@@ -202,10 +245,16 @@ def batch(
     Exit codes: 0 every run ended (whatever its stop reason), 7 some did not (listed; re-run to
     continue), 130 interrupted (runs detached, resumable), 1 bad input, 2 usage error.
 
+    The run options are run's, with its defaults (the failure guard included). With --mcp,
+    each server is started (or connected to) once and shared by the batch's runs, as the
+    workspace is, and stopped when the batch ends; --backend local only. The run id depends
+    on the goal, the model and server, workspace, tools, MCP servers, sampling and budgets,
+    not on the failure guard, --timeout, --stream or --mcp-header.
+
     Example: polyloop batch goals.jsonl --model openai:gpt-4o-mini --workspace . --concurrency 16
     """
     from polyloop import Limits
-    from polyloop.batch import Goal, GoalFileError, load_goals, run_batch
+    from polyloop.batch import Goal, GoalFileError, goal_run_id, load_goals, run_batch
 
     if concurrency < 1:
         raise fail(f"--concurrency must be at least 1, got {concurrency}")
@@ -216,9 +265,10 @@ def batch(
             config = _loop_config(loop, options)
         else:
             assert model is not None
-            if options.mcp:
+            if options.mcp and backend == "ray":
                 raise BadInput(
-                    "polyloop batch does not take --mcp yet: run such goals with polyloop run"
+                    "--mcp works with --backend local only: a Ray worker builds its Loop in a "
+                    "plain function and has no end at which to stop the servers it would start"
                 )
             config = options.config(model)
         tags = options.user_metadata()
@@ -229,32 +279,48 @@ def batch(
         raise fail(f"cannot read {file}: {exc.strerror or exc}") from None
     except (BadInput, PolyLoopError) as exc:
         raise fail(str(exc)) from None
-    # The command's config is stored with each run (and is part of its derived id).
+    spec = journal_spec(journal, must_exist=False)
+    if config.get("mcp"):
+        config["mcp_store"] = mcp_store(spec)
+    # The command's config is stored with each run; what of it defines the run is part of
+    # its derived id (run_identity).
+    identity = run_identity(config)
     goals = [
         Goal(
             g.goal,
-            run_id=g.run_id,
+            run_id=g.run_id
+            or goal_run_id(
+                Goal(
+                    g.goal,
+                    metadata={**tags, **(g.metadata or {}), "cli": identity},
+                    source=g.source,
+                )
+            ),
             metadata={**tags, **(g.metadata or {}), "cli": config},
             source=g.source,
         )
         for g in goals
     ]
-    spec = journal_spec(journal, must_exist=False)
     progress = _BatchProgress()
     print(f"batch {file}: {len(goals)} goals  backend {backend}  journal {spec}", flush=True)
 
     async def go() -> Any:
         import functools
 
-        return await run_batch(
-            spec,
-            goals,
-            functools.partial(factory_loop if loop is not None else batch_loop, config),
-            concurrency=concurrency,
-            backend=backend,
-            limits=Limits.from_dict(config["limits"]),
-            on_progress=progress,
-        )
+        async with contextlib.AsyncExitStack() as servers:  # MCP servers: stopped at the end
+            make_loop = functools.partial(factory_loop if loop is not None else batch_loop, config)
+            if config.get("mcp"):
+                tools = await _mcp_tools(servers, config)
+                make_loop = functools.partial(batch_loop, config, tools=tools)
+            return await run_batch(
+                spec,
+                goals,
+                make_loop,
+                concurrency=concurrency,
+                backend=backend,
+                limits=Limits.from_dict(config["limits"]),
+                on_progress=progress,
+            )
 
     result = _drive_batch(go, progress)
     _print_batch_result(result)

@@ -24,6 +24,10 @@ from ._setup import BadInput, FailureGuardArgs, finite, mcp_config, run_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+MCP_TOOL_ERROR = "MCPToolError"
+"""The error type of an MCP tool's error result: a known failure of every run with ``--mcp``
+and the guard on (``Limits.known_failures`` matches a tool's error by its type)."""
+
 ModelOpt = Annotated[
     str, typer.Option("--model", help="Model as provider:name, e.g. openai:gpt-4o-mini.")
 ]
@@ -148,8 +152,27 @@ KnownFailureOpt = Annotated[
 BaselineOpt = Annotated[
     bool,
     typer.Option(
-        "--baseline",
-        help="Take the failures of the test runs before the first edit as known.",
+        "--baseline/--no-baseline",
+        help="Take the failures of the test runs before the first edit as known while no "
+        "edit changes them (a test that was red before the run never counts unless it "
+        "changes). On with the guard.",
+    ),
+]
+TemperatureOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        parser=finite,
+        help="Sampling temperature sent with every model call (default: the provider's). "
+        "Stored with the run.",
+    ),
+]
+MaxOutputTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-output-tokens",
+        help="Tokens one reply may have (default: the provider's; Anthropic's adapter: 4096). "
+        "Stored with the run.",
     ),
 ]
 StreamOpt = Annotated[
@@ -219,6 +242,8 @@ class RunOptions:
     spreading_rounds: int
     known_failure: list[str] | None
     baseline: bool
+    temperature: float | None
+    max_output_tokens: int | None
     stream: bool
     metadata: list[str] | None
     writable_paths: list[str] | None
@@ -257,6 +282,10 @@ class RunOptions:
             guard=self._guard(),
             stream=self.stream,
             writable_paths=self._writable(),
+            sampling={
+                "temperature": self.temperature,
+                "max_output_tokens": self.max_output_tokens,
+            },
         )
         config.update(
             mcp_config(
@@ -299,12 +328,19 @@ class RunOptions:
         return [] if self.read_only else self.writable_paths
 
     def _guard(self) -> FailureGuardArgs:
+        """The failure guard as these options set it. Defaults fit runs that are not test
+        loops: the baseline is on with the guard, and an MCP tool's error (``MCPToolError``,
+        which the model reads and can answer with another call) never counts."""
+        on = bool(self.same_failure_limit or self.no_progress_rounds or self.spreading_rounds)
+        known = tuple(self.known_failure or ())
+        if on and self.mcp and MCP_TOOL_ERROR not in known:
+            known += (MCP_TOOL_ERROR,)
         return FailureGuardArgs(
             self.same_failure_limit,
             self.no_progress_rounds,
             self.spreading_rounds,
-            tuple(self.known_failure or ()),
-            self.baseline,
+            known,
+            self.baseline and on,
         )
 
     def changed(self) -> list[str]:
@@ -338,7 +374,9 @@ def _flags(
     no_progress_rounds: NoProgressRoundsOpt = 0,
     spreading_rounds: SpreadingRoundsOpt = 0,
     known_failure: KnownFailureOpt = None,
-    baseline: BaselineOpt = False,
+    baseline: BaselineOpt = True,
+    temperature: TemperatureOpt = None,
+    max_output_tokens: MaxOutputTokensOpt = None,
     stream: StreamOpt = False,
     metadata: MetadataOpt = None,
     writable_paths: WritablePathsOpt = None,

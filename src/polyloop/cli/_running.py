@@ -36,6 +36,7 @@ from ._setup import (
     loop_parts,
     mcp_config,
     mcp_server,
+    mcp_store,
     model_overrides,
     open_journal,
 )
@@ -98,7 +99,9 @@ def run(
 
     The failure guard is on: a failing test run whose first failure has come back
     --same-failure-limit times (2 by default) ends the run repeated_failure (exit 5) with an
-    escalation report (polyloop show). Failures known before the run never count.
+    escalation report (polyloop show). Failures known before the run never count, nor does a
+    test failing before the first edit while no edit changes it (--no-baseline counts it),
+    nor, with --mcp, an MCP tool's error (the model reads it and can call again).
 
     Example: polyloop run "make the tests pass" --model openai:gpt-4o-mini --workspace .
     """
@@ -110,7 +113,7 @@ def run(
     if config.get("mcp"):
         from ._setup import journal_path as resolve
 
-        config["mcp_store"] = str(resolve(journal).resolve()) + ".mcp-files"
+        config["mcp_store"] = mcp_store(str(resolve(journal)))
     drive(journal, config, goal=goal, run_id=run_id, metadata=metadata)
 
 

@@ -17,6 +17,7 @@ import typer
 
 from polyloop import ConfigError, Limits, Loop, RunNotFound, ToolRegistry
 from polyloop.journal import SQLiteJournal
+from polyloop.types import check_number
 
 from ._check import refuse_damaged
 
@@ -99,6 +100,7 @@ def run_config(
     guard: FailureGuardArgs | None = None,
     stream: bool = False,
     writable_paths: Sequence[str] | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check the ``run`` arguments; the result is stored with the run (for ``resume``).
     ``timeout_s`` (the model call's request timeout) is stored only when given: a run
@@ -107,7 +109,9 @@ def run_config(
     (``polyloop run`` passes them; ``batch``, whose run ids derive from its options, does
     not). ``stream`` is stored only when True (a resumed run streams as it did).
     ``writable_paths`` (``--writable-paths``; ``[]`` for ``--read-only``) is checked here and
-    stored only when given (None: the whole workspace is writable)."""
+    stored only when given (None: the whole workspace is writable).
+    ``sampling``: ``temperature`` and ``max_output_tokens`` (:func:`check_sampling`), each
+    stored only when given (None: the provider's default)."""
     provider, sep, name = model.partition(":")
     if not sep or not name:
         raise BadInput(f"--model takes PROVIDER:MODEL, got {model!r}: use {_PROVIDERS}")
@@ -140,7 +144,27 @@ def run_config(
     if writable_paths is not None:
         config["writable_paths"] = list(writable_paths)
         workspace_tools_of(config)  # a bad glob is one line now, before anything is written
+    config.update(check_sampling(sampling or {}))
     return config
+
+
+def check_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
+    """``--temperature`` (a number >= 0) and ``--max-output-tokens`` (an int > 0), those given.
+    Raises ``BadInput``."""
+    out: dict[str, Any] = {}
+    temperature = sampling.get("temperature")
+    if temperature is not None:
+        try:
+            check_number("--temperature", temperature)
+        except ConfigError as exc:
+            raise BadInput(str(exc)) from None
+        out["temperature"] = float(temperature)
+    tokens = sampling.get("max_output_tokens")
+    if tokens is not None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+            raise BadInput(f"--max-output-tokens must be > 0, got {tokens}")
+        out["max_output_tokens"] = tokens
+    return out
 
 
 def mcp_config(
@@ -188,6 +212,16 @@ def mcp_config(
         if names:
             config[f"mcp_{option}"] = list(dict.fromkeys(names))
     return config
+
+
+def mcp_store(journal: str) -> str:
+    """Where the images and binary resources MCP tools return are saved: beside a SQLite
+    journal (``JOURNAL.mcp-files``), else in ``./polyloop.mcp-files``."""
+    from polyloop.batch._journals import is_postgres_spec
+
+    if is_postgres_spec(journal):
+        return str(Path("polyloop.mcp-files").resolve())
+    return str(Path(journal.removeprefix("sqlite:")).resolve()) + ".mcp-files"
 
 
 def _mcp_module() -> Any:
@@ -345,6 +379,13 @@ def _model(config: dict[str, Any]) -> Any:
     if config.get("stream") is True:
         options["stream"] = True
     provider, _, name = config["model"].partition(":")
+    if config.get("max_output_tokens") is not None:
+        options["max_tokens"] = config["max_output_tokens"]
+    if config.get("temperature") is not None:
+        if provider == "anthropic":  # its create() takes sampling settings in the body only
+            options["extra_body"] = {"temperature": config["temperature"]}
+        else:
+            options["temperature"] = config["temperature"]
     try:
         if provider == "anthropic":
             return _anthropic_model(name, options)

@@ -150,10 +150,13 @@ def _unchanged(entry: FingerprintEntry, rounds: Sequence[RoundEntry]) -> Decisio
     f = entry.failure
     where = f" at {f.top_frame}" if f.top_frame else ""
     changed = _changed_since(rounds, entry.steps[0])
+    if f.check:
+        what = f"{_called(f)} keeps failing the same way ({f.error_type or 'error'}{where}: "
+    else:  # an error of an action (a tool's, a command's), not a test
+        what = f"The same error keeps coming back ({_called(f)}{where}: "
     question = (
-        f"{_called(f)} keeps failing the same way ({f.error_type or 'error'}{where}: "
-        f"{_said(f)}), seen {entry.count} times: what is missing to fix it — a requirement, a "
-        "log, an access — or what must the next attempt do differently?"
+        f"{what}{_said(f)}), seen {entry.count} times: what is missing to fix it — a "
+        "requirement, a log, an access — or what must the next attempt do differently?"
     )
     directions = []
     if f.top_frame:
@@ -168,11 +171,22 @@ def _unchanged(entry: FingerprintEntry, rounds: Sequence[RoundEntry]) -> Decisio
                 f"Look at `{raised}`: the failure is raised there, and no attempt changed it "
                 f"(they changed {_files(changed)})."
             )
-    directions.append(
-        f"Get new information before another attempt: run {_called(f)} alone with more output, "
-        "or ask for the requirement it checks."
-    )
+    directions.append(_new_information(f))
     return Decision(question, tuple(directions))
+
+
+def _new_information(f: Failure) -> str:
+    """The direction that asks for more than the attempts had, fit for the failure's kind."""
+    if f.check:
+        return (
+            f"Get new information before another attempt: run {_called(f)} alone with more "
+            "output, or ask for the requirement it checks."
+        )
+    return (
+        f"Get new information before another attempt: read the call that fails with "
+        f"{_called(f)} (its arguments, and what the tool or command says it needs), or ask "
+        "for what it needs: access, an input, a setting."
+    )
 
 
 def _spreading(first: FingerprintEntry, rounds: Sequence[RoundEntry]) -> Decision:
@@ -209,7 +223,8 @@ def _no_progress(
         "and what is missing to fix it?"
     )
     f = last.failure
-    directions = [f"Fix {_called(f)} alone first: the last round counted it ({_said(f)})."]
+    first = f"Fix {_called(f)} alone first" if f.check else f"Fix what raises {_called(f)} first"
+    directions = [f"{first}: the last round counted it ({_said(f)})."]
     directions += _unaffected(known, now)
     return Decision(question, tuple(directions))
 

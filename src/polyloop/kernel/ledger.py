@@ -15,13 +15,14 @@ The rules:
   failures (``Outcome.failing``) closes a round: the actions since the previous one, normally
   edits then a test run. A ``failure_seen`` record describes it.
 * **Known failures** count toward no signal. Those of ``Limits.known_failures`` (a check or a
-  fingerprint each) stay known. With ``Limits.baseline``, the failures reported before the
-  run's first edit are known too (a ``failure_known`` record each), but only while they stay
-  as they were: once a later test report (a round whose failures have checks) no longer lists
-  one, or lists its check with another fingerprint, an edit has affected it, so it belongs to
-  the fix and counts like any other from then on. A failure seen before the first edit that
-  no edit ever changes cannot be told from an unrelated one: ``no_progress_rounds`` stops a
-  run stuck on it.
+  fingerprint each, or the error type of failures that name no check: a tool's error such as
+  ``MCPToolError``, never a test's) stay known. With ``Limits.baseline``, the failures reported
+  before the run's first edit are known too (a ``failure_known`` record each), but only while
+  they stay as they were: once a later test report (a round whose failures have checks) no
+  longer lists one, or lists its check with another fingerprint, an edit has affected it, so it
+  belongs to the fix and counts like any other from then on. A failure seen before the first
+  edit that no edit ever changes cannot be told from an unrelated one: ``no_progress_rounds``
+  stops a run stuck on it.
 * **same_failure**: each round counts the first failure it reports that is not known (one
   fingerprint per round, never the whole set: a suite with ten failing tests fixed one per
   round makes progress); the signal fires when one fingerprint has been counted
@@ -202,7 +203,7 @@ class Ledger:
     def _known(self, f: Failure, fp: str, name: str, step_idx: int, limits: Limits) -> bool:
         given = limits.known_failures
         if given:
-            for key in (f.check, fp):
+            for key in (f.check, fp, None if f.check else f.error_type):
                 if key is not None and key in given:
                     self.given_seen.setdefault(key, (f, step_idx))
                     return True

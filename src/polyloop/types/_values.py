@@ -563,9 +563,9 @@ class Limits:
     """Stop ``repeated_failure`` when the files changed so far grew in this many rounds in a
     row (each fix opens a new front); None turns it off."""
     known_failures: tuple[str, ...] = ()
-    """Failures known before the run (unrelated to its goal): each a failing check as
-    ``Failure.check`` reads it (``tests/test_x.py::test_y``) or a failure fingerprint. They
-    never count toward ``same_failure_limit``; the escalation report lists them apart."""
+    """Failures unrelated to the goal: a check (``tests/test_x.py::test_y``), a fingerprint, or
+    the ``error_type`` of failures naming no check (``MCPToolError``). They never count toward
+    ``same_failure_limit``; the escalation report lists them apart."""
     baseline: bool = False
     """Take the failures the run sees before its first reported edit (its first test run)
     as known too, each until an edit is seen to affect it (see :mod:`polyloop.kernel.ledger`)."""
