@@ -49,12 +49,20 @@ async def drive_run(loop: Loop, run_id: str, *, wait_leased_s: float = 0.0) -> R
         log.warning("batch: run %s could not be advanced", run_id, exc_info=True)
         return RunOutcome(run_id, "error", detail=f"{type(exc).__name__}: {exc}")
     return RunOutcome(
-        run_id, "ended", str(result.stop_reason), result.stop_detail, result.steps_used
+        run_id,
+        "ended",
+        str(result.stop_reason),
+        result.stop_detail,
+        result.steps_used,
+        result.totals.tokens,
+        result.totals.cost_usd,
     )
 
 
 class Tracker:
-    """Counts a batch as its runs start and finish, and tells ``on_progress``."""
+    """Counts a batch as its runs start and finish, and tells ``on_progress``. A worker that
+    finishes a run and takes the next one says both at once (``finished(outcome,
+    then=next_id)``), so no snapshot shows one run fewer running than there are."""
 
     def __init__(self, run_ids: Sequence[str], on_progress: ProgressFn | None) -> None:
         self._order = list(run_ids)
@@ -63,6 +71,9 @@ class Tracker:
         self._on_progress = on_progress
         self._reasons: Counter[str] = Counter()
         self._status: Counter[str] = Counter()
+        self._tokens = 0
+        self._cost = 0.0
+        self._started_at = time.monotonic()
 
     @property
     def total(self) -> int:
@@ -72,15 +83,26 @@ class Tracker:
         self._running.add(run_id)
         self._tell()
 
-    def finished(self, outcome: RunOutcome, *, quiet: bool = False) -> None:
+    def finished(
+        self, outcome: RunOutcome, *, quiet: bool = False, then: str | None = None
+    ) -> None:
+        """``outcome`` is in; ``then``: the run the same worker starts next (counted running
+        in the same snapshot)."""
         self._running.discard(outcome.run_id)
+        if then is not None:
+            self._running.add(then)
         old = self._outcomes.get(outcome.run_id)
         if old is not None:  # counted again (e.g. a retry): replace the earlier outcome
             self._status[old.status] -= 1
             if old.is_ended:
                 self._reasons[str(old.stop_reason)] -= 1
+        if old is not None:
+            self._tokens -= old.tokens or 0
+            self._cost -= old.cost_usd or 0.0
         self._outcomes[outcome.run_id] = outcome
         self._status[outcome.status] += 1
+        self._tokens += outcome.tokens or 0
+        self._cost += outcome.cost_usd or 0.0
         if outcome.is_ended:
             self._reasons[str(outcome.stop_reason)] += 1
         if not quiet:
@@ -97,6 +119,9 @@ class Tracker:
             detached=s["detached"],
             errors=s["error"],
             by_stop_reason={k: v for k, v in sorted(self._reasons.items()) if v > 0},
+            tokens=self._tokens,
+            cost_usd=self._cost,
+            started_at=self._started_at,
         )
 
     def result(self) -> BatchResult:

@@ -35,16 +35,19 @@ async def run_local(
     stopping = False
 
     async def worker() -> None:
-        for run_id in pending:  # one iterator shared by the workers: each id is taken once
-            if stopping:
-                return
-            active.add(run_id)
+        # One iterator shared by the workers: each id is taken once. The next id is taken
+        # before the outcome is counted, so that both are told in one snapshot.
+        run_id = None if stopping else next(pending, None)
+        if run_id is not None:
             tracker.started(run_id)
+        while run_id is not None:
+            active.add(run_id)
             try:
                 outcome = await drive_run(loop, run_id)
             finally:
                 active.discard(run_id)
-            tracker.finished(outcome)
+            run_id = None if stopping else next(pending, None)
+            tracker.finished(outcome, then=run_id)
 
     tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(run_ids)))]
     try:

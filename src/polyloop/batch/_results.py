@@ -24,7 +24,8 @@ class RunOutcome:
 
     ``stop_reason`` is set for ``ended``/``already_ended`` runs (a PolyLoop stop reason is a
     result, never retried); ``detail`` is the stop detail, or why the run was not advanced.
-    ``steps_used`` is the run's step count when known.
+    ``steps_used`` is the run's step count when known; ``tokens`` and ``cost_usd`` what it
+    spent (``RunResult.totals``), for a run that ended in this batch.
     """
 
     run_id: str
@@ -32,6 +33,8 @@ class RunOutcome:
     stop_reason: str | None = None
     detail: str | None = None
     steps_used: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
 
     @property
     def is_ended(self) -> bool:
@@ -42,7 +45,9 @@ class RunOutcome:
 class BatchProgress:
     """A snapshot for progress displays: ``done`` runs have ended (``skipped`` of them before
     the batch started), ``running`` are being executed now, ``by_stop_reason`` counts the ended
-    ones, and ``leased``/``detached``/``errors`` count the runs left not ended."""
+    ones, and ``leased``/``detached``/``errors`` count the runs left not ended. ``tokens`` and
+    ``cost_usd`` sum what the runs that ended in this batch spent (a run in flight counts once
+    it ends); ``started_at`` is when the batch began (``time.monotonic()``), for rates."""
 
     total: int
     done: int
@@ -52,6 +57,9 @@ class BatchProgress:
     detached: int
     errors: int
     by_stop_reason: Mapping[str, int] = field(default_factory=dict)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    started_at: float = 0.0
 
     @property
     def pending(self) -> int:

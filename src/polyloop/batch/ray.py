@@ -196,11 +196,13 @@ async def run_on_ray(
         )
 
     async def dispatcher() -> None:
-        for run_id in pending:
-            if stopping:
-                return
+        run_id = None if stopping else next(pending, None)
+        if run_id is not None:
             tracker.started(run_id)
-            tracker.finished(await call(run_id))
+        while run_id is not None:
+            outcome = await call(run_id)
+            run_id = None if stopping else next(pending, None)
+            tracker.finished(outcome, then=run_id)  # both in one snapshot
 
     tasks = [asyncio.ensure_future(dispatcher()) for _ in range(min(concurrency, len(run_ids)))]
     try:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -136,9 +137,23 @@ class _BatchProgress:
             for name, n in (("leased", p.leased), ("detached", p.detached), ("errors", p.errors))
             if n
         )
-        return f"done {p.done}/{p.total}  running {p.running}{extra}" + (
+        return f"done {p.done}/{p.total}  running {p.running}{extra}{_BatchProgress.pace(p)}" + (
             f"  | {reasons}" if reasons else ""
         )
+
+    @staticmethod
+    def pace(p: Any, now: float | None = None) -> str:
+        """Runs per minute and tokens over the runs this batch advanced, and the time left
+        at that pace ("" before the first run is back)."""
+        handled = p.done - p.skipped + p.leased + p.detached + p.errors
+        elapsed = (time.monotonic() if now is None else now) - p.started_at
+        if handled <= 0 or elapsed <= 0:
+            return ""
+        per_min = handled / elapsed * 60
+        left = (p.pending + p.running) / per_min * 60
+        eta = f"  left ~{left / 60:.0f} min" if left >= 90 else f"  left ~{left:.0f} s"
+        tokens = f"  tokens {p.tokens:,}" if p.tokens else ""
+        return f"  {per_min:.1f} runs/min{tokens}" + (eta if p.pending + p.running else "")
 
     def __call__(self, p: Any) -> None:
         if sys.stdout.isatty():

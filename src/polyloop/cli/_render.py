@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from polyloop import EscalationReport, RunResult, StepRecord
 from polyloop.events import (
-    ActionStarted,
     Event,
     ModelCallFinished,
     ModelDelta,
@@ -53,23 +51,59 @@ class Progress:
     before its step's line; the text of an attempt that failed is followed by a line saying
     it is not the reply."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_attempts: int | None = None, live: bool | None = None) -> None:
+        """``max_attempts``: the retry policy's (default: ``RetryPolicy()``'s, the CLI's);
+        ``live``: draw :mod:`._live`'s line of what the run waits for (default: when stdout
+        is a terminal). Either way, a model attempt that fails is a line of its own."""
+        from polyloop import RetryPolicy
+
+        from ._live import LiveLine, Waiting
+
         self.headed = False
         self.streaming = False
+        self.waiting = Waiting(max_attempts or RetryPolicy().max_attempts)
+        use_live = not _plain() if live is None else live
+        self.live = LiveLine(console, self.waiting.text) if use_live else None
+
+    def close(self) -> None:
+        """Take the live line away (before the command's last lines)."""
+        if self.live is not None:
+            self.live.close()
 
     def __call__(self, event: Event) -> None:
+        failed = self.follow(event)
+        if self.streaming and isinstance(event, ModelCallFinished):  # end the streamed text
+            self.streaming = False
+            self.line("")
+            if failed is not None:  # one line: the note, then the failed attempt's own line
+                note = "(that reply was cut off: the attempt failed, and it is not the reply)"
+                self.line(f"{note}  {failed.strip()}")
+            return
+        self._draw(event)
+        if failed is not None:
+            self.line(failed)
+
+    def follow(self, event: Event) -> str | None:
+        """Follow ``event`` for the live line (up while a call or a tool runs, away while a
+        reply's text streams and once the run ended); returns the line of a model attempt
+        that failed, to print."""
+        from ._live import follows, streams
+
+        failed = self.waiting.observe(event)
+        if self.live is not None:
+            if streams(event):
+                self.live.pause()
+            elif follows(event):
+                self.live.show()
+            elif isinstance(event, RunEnded):
+                self.live.close()
+        return failed
+
+    def _draw(self, event: Event) -> None:
         if isinstance(event, ModelDelta):
             if event.kind == "text":
                 self.streaming = True
                 print(event.text, end="", flush=True)
-        elif isinstance(event, ModelCallFinished) and self.streaming:
-            self.streaming = False
-            self.line("")
-            if event.error is not None:
-                self.line("(that reply was cut off: the attempt failed, and it is not the reply)")
-        elif isinstance(event, ActionStarted) and not _plain():
-            tool = escape(event.tool_name or "")
-            console.print(f"[dim]  step {event.step_idx}  {tool} …[/dim]")
         elif isinstance(event, StepAppended):
             s = event.step
             status = s.action_status or ("invalid" if not s.parse_ok else "answer")
@@ -94,6 +128,7 @@ class Progress:
         self.line(f"journal {journal}")
 
     def result(self, result: RunResult) -> None:
+        self.close()
         self.line(
             f"run {result.run_id}: {result.stop_reason} after {result.steps_used} steps, "
             f"{result.actions_executed} actions"
@@ -107,6 +142,7 @@ class Progress:
 
     def parked(self, exc: Any, journal: Path | None) -> None:
         """A run parked until a person decides (``ApprovalRequired``)."""
+        self.close()
         where = f" --journal {journal}" if journal else ""
         self.line(
             f"awaiting approval: run {exc.run_id} step {exc.step_idx} wants "
@@ -119,6 +155,7 @@ class Progress:
         )
 
     def detached(self, run_id: str, journal: Path | None) -> None:
+        self.close()
         where = f" --journal {journal}" if journal else ""
         self.line(f"detached: run {run_id} stays resumable: polyloop resume {run_id}{where}")
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -190,6 +191,8 @@ def tools(
     async def go() -> list[tuple[str, str, tuple[Any, ...]]]:
         listed = []
         for spec in config["mcp"]:
+            if sys.stderr.isatty():  # a server can take seconds to start: say which
+                print(f"listing the tools of {spec} …", file=sys.stderr, flush=True)
             async with mcp_server(spec, config, cwd=workspace.resolve()) as server:
                 name = server.server_name or ""
                 listed.append((spec, name, await server.list_tools()))
@@ -261,7 +264,10 @@ def drive(
                 parts = loop_parts(config)
             except BadInput as exc:
                 raise fail(str(exc)) from None
-        result = call(go)
+        try:
+            result = call(go)
+        finally:
+            printer.close()  # the live line, before any last line
     except ApprovalRequired as exc:  # parked until a person decides
         printer.parked(exc, journal_path)
         raise typer.Exit(ExitCode.NEEDS_HUMAN) from None

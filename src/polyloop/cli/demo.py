@@ -49,6 +49,8 @@ from polyloop.types import (
     StepWritten,
 )
 
+from . import _render
+
 __all__ = ["DEMO_WORKSPACE", "GOAL", "demo_loop", "run_demo"]
 
 DEMO_WORKSPACE = Path(__file__).with_name("demo_workspace")
@@ -196,10 +198,20 @@ def demo_loop(
 
 
 class _Printer:
-    def __init__(self, say: Callable[[str], None]) -> None:
+    """A line per step and one per failed model attempt; ``waiting`` (the real model's demo)
+    also tells what the run waits for on a terminal (:mod:`._live`)."""
+
+    def __init__(self, say: Callable[[str], None], *, waiting: bool = False) -> None:
         self.say = say
+        self.progress = _render.Progress() if waiting else None
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
 
     def __call__(self, event: Event) -> None:
+        if self.progress is not None and (failed := self.progress.follow(event)) is not None:
+            self.say(f"  {failed.strip()}")
         if isinstance(event, StepAppended):
             s = event.step
             first = (s.observation or "").strip().splitlines()[:1]

@@ -47,6 +47,7 @@ def real_tools() -> ToolRegistry:
 
 async def _run(base_url: str, journal_path: Path, say: Callable[[str], None]) -> RunResult:
     model = OpenAIModel(MODEL_ALIAS, base_url=base_url, api_key="x", temperature=0.0, max_tokens=64)
+    printer = _Printer(say, waiting=True)  # the first call waits for the model to load
     try:
         async with SQLiteJournal(journal_path) as journal:
             loop = Loop(
@@ -54,10 +55,11 @@ async def _run(base_url: str, journal_path: Path, say: Callable[[str], None]) ->
                 tools=real_tools(),
                 journal=journal,
                 limits=REAL_LIMITS,
-                observers=(_Printer(say),),
+                observers=(printer,),
             )
             return await loop.run(REAL_GOAL, run_id="demo-real")
     finally:
+        printer.close()
         await model.aclose()
 
 
