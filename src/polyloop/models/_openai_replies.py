@@ -118,8 +118,11 @@ class Chunks:
         self.reasoning_field: str | None = None
         self.reasoning: list[str] = []
         self.calls: dict[int, tuple[list[str | None], list[str]]] = {}
+        self.chunks = 0
+        """How many chunks arrived (0: the server refused to stream, see ``stream_refused``)."""
 
     def add(self, chunk: Any) -> None:
+        self.chunks += 1
         choices = getattr(chunk, "choices", None)
         if not isinstance(choices, list):
             raise bad_response(self.where, f"a stream chunk without choices: {chunk!r:.200}")

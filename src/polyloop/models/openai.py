@@ -24,7 +24,9 @@ and what arrived of it is no reply. An error the server sends inside the stream
 ``code`` (an HTTP status, as vLLM sends it) or its ``type``/``code`` string
 (``server_error`` is ``server``, ``rate_limit_exceeded`` ``rate_limit``,
 ``context_length_exceeded`` ``context_length``, ...), as the same error sent as a response
-would be.
+would be. A stream that ends cleanly before its first event is the server's refusal to stream
+(llama-cpp-python's server answers a tool call under ``tool_choice`` "auto" so): kind
+``stream_refused``, retryable, and the model sends every later request whole (see ``stream``).
 
 Not retryable:
 
@@ -46,6 +48,7 @@ Exceptions that are not the SDK's propagate unchanged (the kernel counts them no
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from types import ModuleType, TracebackType
@@ -70,6 +73,7 @@ from ._common import (
     drain,
     finish,
     kind_along_mro,
+    stream_refused,
     too_long,
     translating,
 )
@@ -87,6 +91,8 @@ __all__ = ["NO_KEY_PLACEHOLDER", "OpenAIModel"]
 such as Ollama or llama.cpp ignore it, but the SDK insists on sending one)."""
 
 _INSTALL_HINT: Final = "the OpenAI adapter needs the openai package: pip install 'polyloop[openai]'"
+
+log = logging.getLogger("polyloop")
 
 # kind and retryability of every exception class the SDK exports, by class name (so an SDK
 # version without some of them still works). Resolved along the exception's MRO: the most
@@ -201,8 +207,13 @@ class OpenAIModel:
             and pass its pieces to ``request.on_delta`` as they arrive (text, reasoning, tool
             call arguments: the kernel makes each a ``ModelDelta`` event). ``complete`` still
             returns the one complete reply, the same as without streaming; a stream cut off
-            mid-way is a failed attempt (kind ``connection``), never a partial reply. Off by
-            default.
+            mid-way is a failed attempt (kind ``connection``), never a partial reply. A server
+            that refuses to stream (it ends the stream before its first event, as
+            llama-cpp-python's server does for a tool call under ``tool_choice`` "auto") fails
+            that attempt with kind ``stream_refused`` (retryable: with ``RetryPolicy``'s
+            default attempts the step goes on), and this model object sends every request
+            after it whole, for the rest of its life (no more ``on_delta`` pieces), saying so
+            once in a warning on the ``polyloop`` logger. Off by default.
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
 
@@ -289,7 +300,8 @@ class OpenAIModel:
 
     @property
     def stream(self) -> bool:
-        """Whether replies are streamed (see the ``stream`` argument)."""
+        """Whether replies are streamed: the ``stream`` argument, until the server refuses
+        to stream (then False for the rest of this object's life; see ``stream``)."""
         return self._stream
 
     @property
@@ -331,9 +343,25 @@ class OpenAIModel:
                     **body, stream=True, stream_options={"include_usage": True}
                 )
                 await drain(stream, chunks.add)
+                if not chunks.chunks:
+                    raise self._stream_refused()
                 return chunks.reply()
             response = await client.chat.completions.create(**body)
         return reply(response, self._where())
+
+    def _stream_refused(self) -> ModelCallError:
+        """The server refused to stream (an event stream with no event): from now on this
+        model sends its requests whole; said once, in the log, when it stops streaming."""
+        if self._stream:
+            self._stream = False
+            log.warning(
+                "%s refused to stream a reply (an event stream with no event, as "
+                "llama-cpp-python's server sends for a tool call under tool_choice 'auto'): "
+                "its replies are requested whole from now on; to skip the refused request, "
+                "do not stream with this server",
+                self._where(),
+            )
+        return stream_refused(self._where())
 
     def _translate(self, exc: Exception) -> ModelCallError | None:
         key = getattr(self._client, "api_key", None)
