@@ -87,3 +87,18 @@ async def test_a_run_whose_server_refuses_to_stream_goes_on_with_whole_replies()
     assert result.stop_reason == StopReason.agent_finished, result.stop_detail
     assert result.final_answer == "It is 5."
     assert asked == [True, None, None]  # the refused stream, then whole requests
+
+
+async def test_with_one_attempt_the_refusal_ends_the_step_and_the_next_run_is_sent_whole() -> None:
+    journal = MemoryJournal()
+    with FakeOpenAIServer() as fake:
+        fake.script(stream_refused(), completion("It is 5."))
+        async with OpenAIModel("gemma", base_url=fake.url, stream=True) as model:
+            loop = Loop(model, journal=journal, retry=RetryPolicy(max_attempts=1))
+            refused = await loop.run("2+3?")
+            after = await loop.run("2+3?")
+        asked = [r.body.get("stream") for r in fake.requests]
+    assert refused.stop_reason == StopReason.llm_error
+    assert "[kind=stream_refused, retryable=True, attempts=1]" in (refused.stop_detail or "")
+    assert after.stop_reason == StopReason.agent_finished and after.final_answer == "It is 5."
+    assert asked == [True, None]
