@@ -46,6 +46,7 @@ __all__ = [
     "malformed_json",
     "rate_limited",
     "server_error",
+    "stream_refused",
     "strict_violation",
     "tool_call",
     "unauthorized",
@@ -186,6 +187,25 @@ def completion_stream(text: str | None = None, *, size: int = 4, **options: Any)
         events.append(sse({**head, "choices": [], "usage": usage}))
     events.append(sse("[DONE]"))
     return Reply(headers=SSE_HEADERS, mode="stream", events=tuple(events))
+
+
+def stream_refused() -> Reply:
+    """llama-cpp-python 0.3.x's answer to a streamed request it cannot stream, byte for byte as
+    recorded from its server (``--chat_format chatml-function-calling``, a request with tools,
+    ``tool_choice`` "auto", and the model choosing a tool call): 200 with the headers of an
+    event stream (sse-starlette's), then a body that ends cleanly with no event at all, not
+    even ``data: [DONE]``. The server's reason ("Automatic streaming tool choice is not
+    supported", a ValueError raised once the response has begun) is only in its own log.
+    A streamed reply that chooses to answer in text is streamed normally."""
+    headers = (
+        ("cache-control", "no-store"),
+        ("x-accel-buffering", "no"),
+        ("content-type", "text/event-stream; charset=utf-8"),
+        ("openai-processing-ms", "5"),
+        ("x-request-id", "a9a873860de848ea9aab4cc3ad9e4c53"),
+        ("vary", "Origin"),
+    )
+    return Reply(headers=headers, mode="stream", events=())
 
 
 def error_chunk(

@@ -19,4 +19,7 @@ def main() -> None:
             )
             raise SystemExit(1) from None
         raise
+    from ._warnings import show_warnings
+
+    show_warnings()
     app(prog_name="polyloop")

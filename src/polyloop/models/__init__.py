@@ -17,7 +17,10 @@ never needs an extra installed. Each reports ``Usage`` with its cached and reaso
 the ``model`` that answered, maps its SDK's failures to ``ModelCallError`` kinds (a content
 filter's to ``content_filter``), and takes ``stream=True`` to stream each reply, its pieces
 passed to ``ModelRequest.on_delta`` (``ModelDelta`` events in a run) while ``complete`` still
-returns the one complete reply; a stream cut off is a failed attempt (``connection``).
+returns the one complete reply; a stream cut off is a failed attempt (``connection``). A server
+that refuses to stream (``OpenAIModel``: an event stream that ends before its first event, as
+llama-cpp-python's server sends for a tool call under ``tool_choice`` "auto") is another
+failure, kind ``stream_refused``: that adapter sends its later requests whole.
 """
 
 from __future__ import annotations

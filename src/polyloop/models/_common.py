@@ -29,6 +29,7 @@ __all__ = [
     "mentions",
     "name_of",
     "one_line",
+    "stream_refused",
     "too_long",
     "translating",
     "unconvertible",
@@ -232,6 +233,22 @@ def cut_off(where: str, what: str) -> ModelCallError:
         f"the stream from {where} ended before {what}: the reply is incomplete and was dropped",
         retryable=True,
         kind="connection",
+    )
+
+
+def stream_refused(where: str) -> ModelCallError:
+    """A stream that ended cleanly before its first event: the server's refusal to stream
+    this request, not a broken connection. llama-cpp-python's server answers so (200, an event
+    stream with no event) when it cannot stream a reply, a tool call chosen under
+    ``tool_choice`` "auto" among them; its reason is only in its own log. Retryable, kind
+    ``stream_refused``: the adapter that raises it sends its requests whole from then on, so
+    the next attempt is not streamed."""
+    return ModelCallError(
+        f"the stream from {where} ended before its first event: the server refuses to stream "
+        "this request (llama-cpp-python's server does, for a tool call under tool_choice "
+        "'auto'); this model's requests are sent whole from now on, the next attempt's too",
+        retryable=True,
+        kind="stream_refused",
     )
 
 

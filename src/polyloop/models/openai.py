@@ -24,7 +24,9 @@ and what arrived of it is no reply. An error the server sends inside the stream
 ``code`` (an HTTP status, as vLLM sends it) or its ``type``/``code`` string
 (``server_error`` is ``server``, ``rate_limit_exceeded`` ``rate_limit``,
 ``context_length_exceeded`` ``context_length``, ...), as the same error sent as a response
-would be.
+would be. A stream that ends cleanly before its first event is the server's refusal to stream
+(llama-cpp-python's server answers a tool call under ``tool_choice`` "auto" so): kind
+``stream_refused``, retryable, and the model sends every later request whole (see ``stream``).
 
 Not retryable:
 
@@ -46,8 +48,9 @@ Exceptions that are not the SDK's propagate unchanged (the kernel counts them no
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -60,29 +63,24 @@ from ..types import (
     ModelReply,
     ModelRequest,
     Pricing,
-    ToolCall,
-    Usage,
     check_number,
     import_extra,
 )
 from ._common import (
     KIND_BY_STATUS,
-    Relay,
-    bad_response,
     by_status,
-    content_filtered,
-    cut_off,
     describe,
     drain,
     finish,
     kind_along_mro,
-    name_of,
+    stream_refused,
     too_long,
     translating,
 )
 from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder, checked_pricing
 from ._http import redact_url as _redact_url
 from ._http import retry_after as _retry_after
+from ._openai_replies import Chunks, reply
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -93,6 +91,8 @@ __all__ = ["NO_KEY_PLACEHOLDER", "OpenAIModel"]
 such as Ollama or llama.cpp ignore it, but the SDK insists on sending one)."""
 
 _INSTALL_HINT: Final = "the OpenAI adapter needs the openai package: pip install 'polyloop[openai]'"
+
+log = logging.getLogger("polyloop")
 
 # kind and retryability of every exception class the SDK exports, by class name (so an SDK
 # version without some of them still works). Resolved along the exception's MRO: the most
@@ -207,8 +207,13 @@ class OpenAIModel:
             and pass its pieces to ``request.on_delta`` as they arrive (text, reasoning, tool
             call arguments: the kernel makes each a ``ModelDelta`` event). ``complete`` still
             returns the one complete reply, the same as without streaming; a stream cut off
-            mid-way is a failed attempt (kind ``connection``), never a partial reply. Off by
-            default.
+            mid-way is a failed attempt (kind ``connection``), never a partial reply. A server
+            that refuses to stream (it ends the stream before its first event, as
+            llama-cpp-python's server does for a tool call under ``tool_choice`` "auto") fails
+            that attempt with kind ``stream_refused`` (retryable: with ``RetryPolicy``'s
+            default attempts the step goes on), and this model object sends every request
+            after it whole, for the rest of its life (no more ``on_delta`` pieces), saying so
+            once in a warning on the ``polyloop`` logger. Off by default.
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
 
@@ -295,7 +300,8 @@ class OpenAIModel:
 
     @property
     def stream(self) -> bool:
-        """Whether replies are streamed (see the ``stream`` argument)."""
+        """Whether replies are streamed: the ``stream`` argument, until the server refuses
+        to stream (then False for the rest of this object's life; see ``stream``)."""
         return self._stream
 
     @property
@@ -332,14 +338,30 @@ class OpenAIModel:
         body = self._body(request)
         with translating(self._translate):
             if self._stream:
-                chunks = _Chunks(self._where(), request.on_delta)
+                chunks = Chunks(self._where(), request.on_delta)
                 stream = await client.chat.completions.create(
                     **body, stream=True, stream_options={"include_usage": True}
                 )
                 await drain(stream, chunks.add)
+                if not chunks.chunks:
+                    raise self._stream_refused()
                 return chunks.reply()
             response = await client.chat.completions.create(**body)
-        return _reply(response, self._where())
+        return reply(response, self._where())
+
+    def _stream_refused(self) -> ModelCallError:
+        """The server refused to stream (an event stream with no event): from now on this
+        model sends its requests whole; said once, in the log, when it stops streaming."""
+        if self._stream:
+            self._stream = False
+            log.warning(
+                "%s refused to stream a reply (an event stream with no event, as "
+                "llama-cpp-python's server sends for a tool call under tool_choice 'auto'): "
+                "its replies are requested whole from now on; to skip the refused request, "
+                "do not stream with this server",
+                self._where(),
+            )
+        return stream_refused(self._where())
 
     def _translate(self, exc: Exception) -> ModelCallError | None:
         key = getattr(self._client, "api_key", None)
@@ -400,177 +422,6 @@ def _wire_messages(messages: Sequence[Message]) -> list[Message]:
         if message.get("content") is None:
             wire[i] = {**message, "content": ""}
     return wire
-
-
-# -- replies -----------------------------------------------------------------------------------
-
-
-def _reasoning_of(delta: Any) -> tuple[str, str] | None:
-    """``(field, text)`` of a message's (or a chunk's delta's) reasoning: the
-    ``reasoning_content`` or ``reasoning`` field servers add (DeepSeek, vLLM, Ollama)."""
-    extra = getattr(delta, "model_extra", None) or {}
-    for key in ("reasoning_content", "reasoning"):
-        value = extra.get(key) if key in extra else getattr(delta, key, None)
-        if isinstance(value, str) and value:
-            return key, value
-    return None
-
-
-def _tool_call(raw: Any, where: str) -> ToolCall:
-    fn = getattr(raw, "function", None)
-    if fn is not None:
-        name, arguments = getattr(fn, "name", None), getattr(fn, "arguments", None)
-    else:  # a "custom" tool call (free-form input) from newer servers
-        custom = getattr(raw, "custom", None)
-        name, arguments = getattr(custom, "name", None), getattr(custom, "input", None)
-    if not isinstance(name, str):
-        raise bad_response(where, f"a tool call without a function name: {raw!r}")
-    if arguments is None:
-        arguments = ""
-    elif not isinstance(arguments, str | Mapping):
-        raise bad_response(where, f"tool call {name!r} has arguments of type {type(arguments)}")
-    call_id = getattr(raw, "id", None)
-    return ToolCall(name, arguments, call_id if isinstance(call_id, str) and call_id else None)
-
-
-def _usage(
-    reported: Any, input: str = "prompt_tokens", output: str = "completion_tokens"
-) -> Usage | None:
-    """``Usage`` of a usage object whose counts are ``input`` and ``output``, with the
-    ``cached_tokens`` of ``{input}_details`` and the ``reasoning_tokens`` of
-    ``{output}_details`` (the chat API's names by default; the Responses API's are
-    ``input_tokens``/``output_tokens``); None when neither count is reported."""
-    if reported is None:
-        return None
-    prompt = getattr(reported, input, None)
-    completion = getattr(reported, output, None)
-    if prompt is None and completion is None:
-        return None
-    prompt_details = getattr(reported, f"{input}_details", None)
-    completion_details = getattr(reported, f"{output}_details", None)
-    return Usage(
-        prompt,
-        completion,
-        cached_tokens=getattr(prompt_details, "cached_tokens", None),
-        reasoning_tokens=getattr(completion_details, "reasoning_tokens", None),
-    )
-
-
-def _filtered(finish_reason: object, where: str) -> None:
-    if finish_reason == "content_filter":
-        raise content_filtered(where, "finish_reason content_filter")
-
-
-def _reply(response: Any, where: str) -> ModelReply:
-    """Map a chat completion to a ``ModelReply``. The SDK does not validate response bodies
-    (it builds models without checks, and returns a ``str``/``list`` for non-object bodies),
-    so every field is checked here; a body of the wrong shape is ``bad_response``."""
-    choices = getattr(response, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        shown = repr(response)
-        shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise bad_response(where, f"no choices in the response: {shown}")
-    message = getattr(choices[0], "message", None)
-    if message is None:
-        raise bad_response(where, "the first choice has no message")
-    _filtered(getattr(choices[0], "finish_reason", None), where)
-    text = getattr(message, "content", None)
-    if text is None:
-        text = ""
-    elif not isinstance(text, str):
-        raise bad_response(where, f"message content of type {type(text).__name__}")
-    calls = tuple(_tool_call(raw, where) for raw in getattr(message, "tool_calls", None) or ())
-    reasoning = _reasoning_of(message)
-    return ModelReply(
-        text=text,
-        reasoning=reasoning[1] if reasoning else None,
-        tool_calls=calls,
-        call_id=name_of(getattr(response, "id", None)),
-        usage=_usage(getattr(response, "usage", None)),
-        model=name_of(getattr(response, "model", None)),
-    )
-
-
-class _Chunks:
-    """The chunks of one streamed chat completion, put together into the reply the same
-    completion sent whole gives: the first choice's text, reasoning (one field, the first the
-    server streams) and tool calls (by ``index``: the id and name of its first chunk, the
-    arguments of all of them concatenated), the response's id and model, the usage of the
-    last chunk that has one. Each piece is relayed to ``on_delta`` as it is added."""
-
-    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
-        self.where = where
-        self.relay = Relay(on_delta)
-        self.id: str | None = None
-        self.model: str | None = None
-        self.usage: Usage | None = None
-        self.finish: str | None = None
-        self.text: list[str] = []
-        self.reasoning_field: str | None = None
-        self.reasoning: list[str] = []
-        self.calls: dict[int, tuple[list[str | None], list[str]]] = {}
-
-    def add(self, chunk: Any) -> None:
-        choices = getattr(chunk, "choices", None)
-        if not isinstance(choices, list):
-            raise bad_response(self.where, f"a stream chunk without choices: {chunk!r:.200}")
-        self.id = self.id or name_of(getattr(chunk, "id", None))
-        self.model = self.model or name_of(getattr(chunk, "model", None))
-        usage = _usage(getattr(chunk, "usage", None))
-        if usage is not None:
-            self.usage = usage
-        for choice in choices:
-            if getattr(choice, "index", 0) != 0:
-                continue  # only the first choice is the reply (n is never sent)
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                self._delta(delta)
-            finish_reason = getattr(choice, "finish_reason", None)
-            if isinstance(finish_reason, str) and finish_reason:
-                self.finish = finish_reason
-
-    def _delta(self, delta: Any) -> None:
-        content = getattr(delta, "content", None)
-        if isinstance(content, str) and content:
-            self.text.append(content)
-            self.relay("text", content)
-        reasoning = _reasoning_of(delta)
-        if reasoning is not None and self.reasoning_field in (None, reasoning[0]):
-            self.reasoning_field = reasoning[0]
-            self.reasoning.append(reasoning[1])
-            self.relay("reasoning", reasoning[1])
-        for raw in getattr(delta, "tool_calls", None) or ():
-            index = getattr(raw, "index", None)
-            if not isinstance(index, int):
-                raise bad_response(self.where, f"a streamed tool call without an index: {raw!r}")
-            head, arguments = self.calls.setdefault(index, ([None, None], []))
-            fn = getattr(raw, "function", None)
-            head[0] = head[0] or name_of(getattr(raw, "id", None))
-            head[1] = head[1] or name_of(getattr(fn, "name", None))
-            piece = getattr(fn, "arguments", None)
-            if isinstance(piece, str) and piece:
-                arguments.append(piece)
-                self.relay("tool_call", piece)
-
-    def reply(self) -> ModelReply:
-        """The reply; a stream that never gave a ``finish_reason`` was cut off."""
-        if self.finish is None:
-            raise cut_off(self.where, "a chunk with a finish_reason")
-        _filtered(self.finish, self.where)
-        calls = []
-        for index in sorted(self.calls):
-            (call_id, name), arguments = self.calls[index]
-            if name is None:
-                raise bad_response(self.where, f"streamed tool call {index} has no name")
-            calls.append(ToolCall(name, "".join(arguments), call_id))
-        return ModelReply(
-            text="".join(self.text),
-            reasoning="".join(self.reasoning) or None,
-            tool_calls=tuple(calls),
-            call_id=self.id,
-            usage=self.usage,
-            model=self.model,
-        )
 
 
 # -- errors ------------------------------------------------------------------------------------

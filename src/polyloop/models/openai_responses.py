@@ -39,7 +39,8 @@ from ._common import (
     translating,
     unconvertible,
 )
-from .openai import OpenAIModel, _usage
+from ._openai_replies import usage_of
+from .openai import OpenAIModel
 
 __all__ = ["OpenAIResponsesModel"]
 
@@ -343,7 +344,7 @@ def _reply(response: Any, where: str) -> ModelReply:
         reasoning="\n\n".join(summaries) or None,
         tool_calls=tuple(calls),
         call_id=name_of(getattr(response, "id", None)),
-        usage=_usage(getattr(response, "usage", None), "input_tokens", "output_tokens"),
+        usage=usage_of(getattr(response, "usage", None), "input_tokens", "output_tokens"),
         model=name_of(getattr(response, "model", None)),
     )
 
