@@ -1168,7 +1168,7 @@ class PostgresJournal:
         return {str(r[0]) for r in await cur.fetchall()}
 
     async def _migrate(self, conn: _Conn, namespace: str) -> None:
-        """Bring a journal of an older minor version to ``JOURNAL_SCHEMA_VERSION`` (the SQLite
+        """Bring a journal of an older version to ``JOURNAL_SCHEMA_VERSION`` (the SQLite
         journal's ``_migrate``), in one transaction under the schema's advisory lock."""
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(namespace),))
