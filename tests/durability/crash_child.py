@@ -31,6 +31,7 @@ from tests.contract.test_fix_loop_ledger import fix_loop
 from tests.contract.test_outcome_unknown_live import unknown_loop
 from tests.contract.test_resume import World, new_loop, script
 from tests.contract.test_wrap_up import budget_loop
+from tests.durability.large_observation import large_loop
 
 T = TypeVar("T")
 
@@ -42,6 +43,7 @@ SCENARIOS = {
     "escalate": handover_loop,
     "budget": budget_loop,
     "unknown": unknown_loop,
+    "large": large_loop,
 }
 """The loops other than ``pay``, by scenario name: each builds a Loop on a journal."""
 
@@ -164,6 +166,7 @@ async def main(
     ``escalate`` (tests/contract/test_escalate.py's hand-over), ``budget`` (a token budget
     spent, then the wrap-up call: tests/contract/test_wrap_up.py), ``unknown`` (an idempotent
     tool raising ``OutcomeUnknown`` live: tests/contract/test_outcome_unknown_live.py),
+    ``large`` (observations stored once: tests/durability/large_observation.py),
     ``stop`` / ``cancel`` (``pay``, its model asking its own Loop to end the run) or
     ``request`` (a stop of an existing run from this process)."""
     journal = Dying(open_journal(path), n, after)

@@ -271,6 +271,17 @@ async def two_journals(store: Store, now: list[float]) -> AsyncIterator[tuple[An
         yield one, two
 
 
+def ended_once_without_gaps(store: Store) -> int:
+    """How many runs the store holds; fails unless each has exactly one end record and its
+    records are numbered 1 to N without a gap."""
+    rows = store.sql(
+        "SELECT run_id, count(*) FILTER (WHERE kind = 'end'), count(*), max(seq) FROM journal "
+        "GROUP BY run_id"
+    )
+    assert all(ends == 1 and count == top for _, ends, count, top in rows), rows
+    return len(rows)
+
+
 async def damaged_run(store: Store, *statements: str) -> Any:
     """:func:`crashed_run`, then ``statements`` run on the store: its snapshot after them."""
     await crashed_run(store)

@@ -990,7 +990,7 @@ async def test_a_store_holding_another_applications_tables_is_refused_untouched(
 
 
 @pytest.mark.parametrize(
-    ("key", "version"), [("journal_schema_version", "2.0"), ("step_schema_version", "3.1")]
+    ("key", "version"), [("journal_schema_version", "3.0"), ("step_schema_version", "3.1")]
 )
 async def test_an_unknown_major_version_is_refused_naming_both_versions(
     key: str, version: str, journal_backend: Store
@@ -999,7 +999,7 @@ async def test_an_unknown_major_version_is_refused_naming_both_versions(
     before = await damaged_run(store, f"UPDATE meta SET value = '{version}' WHERE key = '{key}'")
     with pytest.raises(JournalError) as info:
         await store.open()
-    ours = "1.4" if key == "journal_schema_version" else "1.0"  # this PolyLoop's version
+    ours = "2.0" if key == "journal_schema_version" else "1.0"  # this PolyLoop's version
     assert repr(version) in str(info.value) and ours in str(info.value)
     assert "upgrade polyloop" in str(info.value)
     assert store.snapshot() == before
@@ -1009,7 +1009,7 @@ async def test_a_run_of_an_unknown_major_version_is_refused(journal_backend: Sto
     store = journal_backend
     before = await damaged_run(store, "UPDATE runs SET journal_schema_version = '9.0'")
     async with store.journal() as journal:
-        with pytest.raises(JournalError, match=r"'9\.0'.*1\.4"):
+        with pytest.raises(JournalError, match=r"'9\.0'.*2\.0"):
             await new_loop(World(), journal).resume("r")
     assert store.snapshot() == before
 
@@ -1018,15 +1018,15 @@ async def test_a_newer_minor_version_opens_and_resumes(journal_backend: Store) -
     store = journal_backend
     await damaged_run(
         store,
-        "UPDATE meta SET value = '1.7' WHERE key = 'journal_schema_version'",
-        "UPDATE runs SET journal_schema_version = '1.7'",
+        "UPDATE meta SET value = '2.7' WHERE key = 'journal_schema_version'",
+        "UPDATE runs SET journal_schema_version = '2.7'",
         "ALTER TABLE steps ADD COLUMN something_new TEXT",  # a minor may add columns
     )
     async with store.journal() as journal:
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     meta = store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'")
-    assert meta == [("1.7",)]
+    assert meta == [("2.7",)]
 
 
 @pytest.mark.parametrize(
@@ -1072,7 +1072,7 @@ async def test_a_new_store_gets_the_tables_and_journals_opening_it_at_once_agree
     finally:
         for journal in journals:
             await journal.aclose()
-    assert meta == {"journal_schema_version": "1.4", "step_schema_version": "1.0"}
+    assert meta == {"journal_schema_version": "2.0", "step_schema_version": "1.0"}
     assert store.sql("SELECT count(*) FROM runs") == [(4,)]
 
 

@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..types import JournalError, Limits, Record, RunNotFound, RunSpec, StepRecord, record_from_dict
+from ._observations import refilled
 from ._sqlite_schema import (
     _READ_RECORDS,
     _READ_RUN,
     _READ_STEPS,
-    _check_journal_version,
     _steps_from_rows,
 )
+from ._versions import _check_journal_version
 
 
 def _damaged(run_id: str, seq: int, why: str) -> JournalError:
@@ -71,7 +72,7 @@ def _parse_run(
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
         try:
-            records.append(record_from_dict(data))
+            records.append(refilled(record_from_dict(data), data, records))
         except JournalError as exc:
             raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
     return spec, tuple(records)

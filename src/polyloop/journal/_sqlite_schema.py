@@ -18,31 +18,19 @@ from typing import Any, Literal
 
 from ..types import STEP_SCHEMA_VERSION, JournalError, StepRecord
 from ._sqlite_damage import _damaged_error, _is_damage
+from ._versions import (
+    _ADDED_COLUMNS,
+    JOURNAL_SCHEMA_VERSION,
+    _check_meta,
+    _lacking_allowed,
+    _level,
+    _needs_migration,
+)
 
 Durability = Literal["full", "normal"]
 """``SQLiteJournal(durability=...)``: ``synchronous=FULL`` or ``NORMAL``."""
 
 log = logging.getLogger("polyloop")
-
-JOURNAL_SCHEMA_VERSION = "1.4"
-"""Version of the table schema. A newer minor adds only what an older reader can ignore (but
-for record kinds: a PolyLoop before 1.4 refuses, with ``JournalError`` naming the kind, to
-resume a run whose journal holds an approval record, and reads every other run); a file with
-another major version is refused (``JournalError``), never modified. A writer that
-opens a journal of an older minor migrates it (adds what the minors since then added, see
-``_ADDED_COLUMNS``, and sets this version in ``meta``); a reader does not need it migrated.
-
-1.1 added ``steps.replaced_chars`` (``INTEGER NOT NULL DEFAULT 0``); 1.2 added ``steps.model``
-and ``model_calls.model``, ``response_model``, ``cached_tokens``, ``reasoning_tokens`` (all
-nullable); 1.3 added ``steps.wrap_up``, ``model_calls.cost_usd``, the run's totals
-``runs.tokens_used``, ``cost_usd``, ``active_seconds``, ``usage_missing`` (set with the end
-record; NULL before) and ``runs.request``, ``request_reason``, ``requested_by``,
-``requested_at`` (all nullable: a request to end the run, see
-:class:`polyloop.types.EndRequest`); 1.4 added ``steps.outcome_unknown`` (nullable) and
-lets ``runs.status`` be ``'awaiting_approval'`` (a run parked until a person decides on an
-action: its CHECK constraint is widened in place, which changes no stored row)."""
-_JOURNAL_MAJOR = 1
-_STEP_MAJOR = 1
 
 # -- the schema -------------------------------------------------------------------------------
 
@@ -146,29 +134,6 @@ _DDL: tuple[str, ...] = (
 )
 _TABLES = frozenset({"meta", "runs", "steps", "journal", "model_calls"})
 
-# The columns each minor version of the journal schema added: (minor, table, column, decl).
-# A journal of an older minor lacks them (it is read all the same: the step reader gives the
-# fields their defaults); a writer adds them when it opens one (``_migrate``).
-_ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
-    (1, "steps", "replaced_chars", "INTEGER NOT NULL DEFAULT 0"),
-    (2, "steps", "model", "TEXT"),
-    (2, "model_calls", "model", "TEXT"),
-    (2, "model_calls", "response_model", "TEXT"),
-    (2, "model_calls", "cached_tokens", "INTEGER"),
-    (2, "model_calls", "reasoning_tokens", "INTEGER"),
-    (3, "steps", "wrap_up", "INTEGER NOT NULL DEFAULT 0"),
-    (3, "model_calls", "cost_usd", "REAL"),
-    (3, "runs", "tokens_used", "INTEGER"),
-    (3, "runs", "cost_usd", "REAL"),
-    (3, "runs", "active_seconds", "REAL"),
-    (3, "runs", "usage_missing", "INTEGER"),
-    (3, "runs", "request", "TEXT CHECK (request IN ('stop', 'cancel'))"),
-    (3, "runs", "request_reason", "TEXT"),
-    (3, "runs", "requested_by", "TEXT"),
-    (3, "runs", "requested_at", "REAL"),
-    (4, "steps", "outcome_unknown", "TEXT"),
-)
-
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
     journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
     VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
@@ -239,22 +204,6 @@ _RECOUNT = """UPDATE runs SET
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _major(version: object) -> int | None:
-    if not isinstance(version, str):
-        return None
-    head = version.partition(".")[0]
-    return int(head) if head.isdigit() else None
-
-
-def _check_journal_version(version: object, where: str) -> None:
-    if _major(version) != _JOURNAL_MAJOR:
-        raise JournalError(
-            f"{where} has journal schema version {version!r}; this PolyLoop reads journal "
-            f"schema {JOURNAL_SCHEMA_VERSION} (major {_JOURNAL_MAJOR}): upgrade polyloop to "
-            "read it (the file was not modified)"
-        )
-
-
 _STEP_FIELDS = operator.attrgetter(*_STEP_NAMES)
 _ROW_BOOLS = tuple(i for i, name in enumerate(_STEP_NAMES) if name in _STEP_BOOLS)
 _ROW_STATUS = _STEP_NAMES.index("action_status")
@@ -290,22 +239,6 @@ def _steps_from_rows(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> lis
                 d[name] = bool(d[name])
         steps.append(StepRecord.from_dict(d))
     return steps
-
-
-def _minor(version: object) -> int:
-    """The minor number of a version string ("1.1" -> 1; "1" -> 0)."""
-    tail = str(version).partition(".")[2].partition(".")[0]
-    return int(tail) if tail.isdigit() else 0
-
-
-def _lacking_allowed(version: object) -> frozenset[tuple[str, str]]:
-    """(table, column) pairs a journal of schema ``version`` may lack: added by later minors."""
-    minor = _minor(version)
-    return frozenset((t, c) for m, t, c, _ in _ADDED_COLUMNS if m > minor)
-
-
-def _needs_migration(version: object) -> bool:
-    return _minor(version) < _minor(JOURNAL_SCHEMA_VERSION)
 
 
 # -- opening a file ---------------------------------------------------------------------------
@@ -391,25 +324,6 @@ def _schema_names(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
 
 
-def _check_meta(meta: Mapping[str, Any], where: str) -> None:
-    """Refuse a journal whose ``meta`` lacks the journal schema version or holds an unknown
-    major version of either schema (the journal's or the step record's). Any backend."""
-    version = meta.get("journal_schema_version")
-    if version is None:
-        raise JournalError(
-            f"{where} has a 'meta' table without journal_schema_version: not a PolyLoop "
-            "journal (it was not modified)"
-        )
-    _check_journal_version(version, f"the journal {where}")
-    step_version = meta.get("step_schema_version", STEP_SCHEMA_VERSION)
-    if _major(step_version) != _STEP_MAJOR:
-        raise JournalError(
-            f"the journal {where} has step record schema version {step_version!r}; this "
-            f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major {_STEP_MAJOR}): "
-            "upgrade polyloop to read it (it was not modified)"
-        )
-
-
 def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> str:
     """Refuse a database that is not a PolyLoop journal this version can read; its journal
     schema version."""
@@ -478,10 +392,10 @@ def _table_columns() -> dict[str, tuple[str, ...]]:
 
 
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Bring a journal of an older minor version to ``JOURNAL_SCHEMA_VERSION``: add the columns
-    the minors since then added and set the version in ``meta``, in one transaction (another
-    writer may have done it meanwhile: then nothing changes). An older PolyLoop still reads
-    and writes the file (every added column has a default)."""
+    """Bring a journal of an older version to ``JOURNAL_SCHEMA_VERSION``: add the columns the
+    minors since then added and set the version in ``meta``, in one transaction (another
+    writer may have done it meanwhile: then nothing changes). A PolyLoop of major 1 refuses
+    the file from then on (see ``JOURNAL_SCHEMA_VERSION``)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'journal_schema_version'").fetchone()
@@ -489,9 +403,9 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         if _needs_migration(old):
             for minor, table, column, decl in _ADDED_COLUMNS:
                 have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-                if minor > _minor(old) and column not in have:
+                if minor > _level(old) and column not in have:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-            if _minor(old) < 4:
+            if _level(old) < 4:
                 _widen_status(conn)
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'journal_schema_version'",

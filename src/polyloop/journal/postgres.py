@@ -106,24 +106,21 @@ from ..types import (
 )
 from . import _approvals, _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
+from ._request_rows import request_answer, request_row, stored_request
 from ._sqlite_read import _parse_run
 from ._sqlite_schema import (
-    _ADDED_COLUMNS,
     _INSERT_INTENT,
     _INSERT_JOURNAL,
     _INSERT_STEP,
     _MARK_UNCERTAIN,
     _STEP_COLUMNS,
     _UPSERT_CALL,
-    JOURNAL_SCHEMA_VERSION,
-    _check_meta,
     _check_tables,
-    _minor,
-    _needs_migration,
     _steps_from_rows,
 )
 from ._sqlite_writer import _wait_uninterrupted
 from ._state import run_state
+from ._versions import _ADDED_COLUMNS, JOURNAL_SCHEMA_VERSION, _check_meta, _level, _needs_migration
 from .sqlite import _Append, _prepare, _run_filters, end_totals
 
 if TYPE_CHECKING:
@@ -658,7 +655,7 @@ class PostgresJournal:
                 if row is None:
                     raise await self._lease_lost(conn, lease)
             # The request stored for the run, if any: how its owner learns of one.
-            return Lease(lease.run_id, lease.owner, local + ttl_s, sqlite.stored_request(*row))
+            return Lease(lease.run_id, lease.owner, local + ttl_s, stored_request(*row))
 
         return await self._guarded(run())
 
@@ -683,16 +680,14 @@ class PostgresJournal:
                 row = await cur.fetchone()
                 if row is None:
                     raise RunNotFound(run_id)
-                answer, in_force, writes = sqlite.request_answer(
-                    run_id, request, row[:-1], float(row[-1])
-                )
+                answer, in_force, writes = request_answer(run_id, request, row[:-1], float(row[-1]))
                 if answer is None:
                     cur = await conn.execute(_LAST_SEQ, (run_id,))
                     last = await cur.fetchone()
                     if last is None or last[0] != seen:
                         return None  # written since the caller read it: read it again
                 if writes:
-                    values = _clean(sqlite.request_row(request))
+                    values = _clean(request_row(request))
                     await conn.execute(_WRITE_REQUEST, (*values, run_id))
                 if answer is not None or in_force is None:
                     return answer
@@ -820,7 +815,7 @@ class PostgresJournal:
                 row = await cur.fetchone()
                 if row is not None:
                     self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
-                    return Lease(run_id, owner, local + ttl_s, sqlite.stored_request(*row[1:]))
+                    return Lease(run_id, owner, local + ttl_s, stored_request(*row[1:]))
                 cur = await conn.execute(_LEASE_OF, (run_id,))
                 current = await cur.fetchone()
                 if current is None:
@@ -1173,7 +1168,7 @@ class PostgresJournal:
         return {str(r[0]) for r in await cur.fetchall()}
 
     async def _migrate(self, conn: _Conn, namespace: str) -> None:
-        """Bring a journal of an older minor version to ``JOURNAL_SCHEMA_VERSION`` (the SQLite
+        """Bring a journal of an older version to ``JOURNAL_SCHEMA_VERSION`` (the SQLite
         journal's ``_migrate``), in one transaction under the schema's advisory lock."""
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(namespace),))
@@ -1185,11 +1180,11 @@ class PostgresJournal:
             if old is None or not _needs_migration(old):
                 return  # another writer migrated it meanwhile
             for minor, table, column, decl in _ADDED_COLUMNS:
-                if minor > _minor(old):
+                if minor > _level(old):
                     await conn.execute(
                         f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_pg_decl(decl)}"
                     )
-            if _minor(old) < 4:  # 1.4: runs.status may be 'awaiting_approval'
+            if _level(old) < 4:  # 1.4: runs.status may be 'awaiting_approval'
                 await conn.execute("ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_status_check")
                 await conn.execute(
                     "ALTER TABLE runs ADD CONSTRAINT runs_status_check "

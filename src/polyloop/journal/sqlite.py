@@ -19,7 +19,10 @@ Tables (their names and columns are public: downstream SQL reads them directly):
                  ``reconciled`` on the step of an action whose live execution raised
                  ``OutcomeUnknown``) with 1.4 (a writer adds them to an older file)
     journal      the append-only records: run_id, seq (1, 2, ... per run), kind, body (the
-                 canonical JSON of ``record_to_dict``), written_at; PRIMARY KEY (run_id, seq)
+                 canonical JSON of ``record_to_dict``; since journal schema 2.0 a ``step``
+                 whose observation is over 4,096 characters leaves it to the ``action_result``
+                 before it: :mod:`polyloop.journal._observations`), written_at; PRIMARY KEY
+                 (run_id, seq)
     model_calls  the accounts, one row per model-call attempt: run_id, step_idx, intent_id,
                  attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
                  and (journal schema 1.2) model (the ``name`` of the model the attempt asked,
@@ -125,7 +128,6 @@ from ..types import (
     RunSpec,
     StepRecord,
     StepWritten,
-    StopReason,
     Usage,
     canonical_json,
     check_number,
@@ -133,7 +135,9 @@ from ..types import (
     record_json,
 )
 from . import _approvals
+from ._observations import stored_json
 from ._owner import new_owner, owner_is_dead
+from ._request_rows import request_answer, request_row, stored_request
 from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
 from ._sqlite_process import _ProcessWriter
@@ -158,7 +162,6 @@ from ._sqlite_schema import (
     _REQUEST_STATE,
     _UPSERT_CALL,
     _WRITE_REQUEST,
-    JOURNAL_SCHEMA_VERSION,
     Durability,
     _open_read_only,
     _open_writer,
@@ -175,6 +178,7 @@ from ._sqlite_writer import (
     _Writer,
 )
 from ._state import run_state
+from ._versions import JOURNAL_SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from ..seams import Journal
@@ -225,56 +229,6 @@ def _lease_lost(conn: sqlite3.Cursor, lease: Lease) -> PolyLoopError:
         f"run {lease.run_id!r}: this execution ({lease.owner}) no longer holds the lease "
         f"(held by {row[0] or 'nobody'}); stop without writing"
     )
-
-
-def stored_request(kind: object, reason: object, by: object, at: object) -> EndRequest | None:
-    """The request of a ``runs`` row's request columns (any backend), or None."""
-    if kind not in ("stop", "cancel"):
-        return None
-    return EndRequest(
-        "stop" if kind == "stop" else "cancel",
-        None if reason is None else str(reason),
-        "" if by is None else str(by),
-        float(at or 0.0),  # type: ignore[arg-type]
-    )
-
-
-def request_row(request: EndRequest) -> tuple[str, str | None, str, float]:
-    """The request columns' values for ``request``: request, request_reason, requested_by,
-    requested_at."""
-    return (request.kind, request.reason, request.by, request.at)
-
-
-def _known_reason(value: object) -> str | None:
-    """A stored stop reason: the ``StopReason`` when this version knows it, else the string."""
-    if value is None:
-        return None
-    try:
-        return StopReason(str(value))
-    except ValueError:
-        return str(value)
-
-
-def request_answer(
-    run_id: str, request: EndRequest, row: Sequence[Any], now: float
-) -> tuple[RequestResult | None, EndRequest | None, bool]:
-    """What ``request`` does to a run whose ``_REQUEST_STATE`` row is ``row``, at ``now``
-    (epoch seconds, the clock leases are decided on), in the order the ``EndRequests`` seam
-    gives (any backend): (the answer, or None when the run ends now; the request in force;
-    whether ``request`` is written)."""
-    status, owner, expiry, reason, detail, *columns = row
-    stored = stored_request(*columns)
-    if status == "ended":  # a parked run ('awaiting_approval') takes requests like any other
-        ended = RequestResult(run_id, "already_ended", stored, _known_reason(reason), detail)
-        return ended, stored, False
-    writes = request.replaces(stored)
-    in_force = request if writes else stored
-    if owner is not None and float(expiry or 0.0) > now and not owner_is_dead(str(owner)):
-        happened: Literal["requested", "already_requested"] = (
-            "requested" if writes else "already_requested"
-        )
-        return RequestResult(run_id, happened, in_force), in_force, writes
-    return None, in_force, writes
 
 
 def _error_text(error: ErrorInfo) -> str:
@@ -349,8 +303,8 @@ class _Append:
 def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     run_id = lease.run_id
     p = _Append(lease)
-    for r in records:
-        p.rows.append((r.kind, record_json(r)))
+    for before, r in zip((None, *records), records, strict=False):
+        p.rows.append((r.kind, stored_json(r, before)))
         match r:
             case ModelIntent():
                 p.calls.append(("intent", intent_row(run_id, r)))
