@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from polyloop.observe.redact import ScrubFn, summarize
 
+from . import _usage
 from ._data import RunDetail, RunRow, StepView
 from ._filters import meta_text
 from ._html import (
@@ -196,7 +197,7 @@ def _step_html(v: StepView, run_id: str, d: Disclosure, top_ms: float, top_promp
         f"{_mini_bar(s.step_wall_ms, top_ms, 'wall', f'step_wall_ms {s.step_wall_ms:.0f}')}"
         f'<span class="num">{esc(ms(s.step_wall_ms))}</span>'
         f"{_mini_bar(s.prompt_chars, top_prompt, 'prompt', f'prompt_chars {s.prompt_chars}')}"
-        f'<span class="num">{esc(chars(s.prompt_chars))}</span></span>'
+        f'<span class="num">{esc(chars(s.prompt_chars))}</span>{_usage.step_chip(v.usage)}</span>'
     )
     summary = (
         f'<summary><span class="idx">#{s.step_idx}</span>'
@@ -488,6 +489,7 @@ def run_page(
         f"<dt>Duration</dt><dd>{esc(run_duration(run, now))}</dd>"
         f'<dt>Steps</dt><dd class="steps-used">{run.steps_used}</dd>'
         f"<dt>Actions</dt><dd>{run.actions_executed}</dd>"
+        f"{_usage.run_facts(run.usage)}"
         f"<dt>Limits</dt><dd>{esc(limits)}</dd>"
         + (f'<dt>Metadata</dt><dd class="metadata">{meta}</dd>' if meta else "")
         + "</dl></div>"

@@ -6,7 +6,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from . import _charts
+from . import _charts, _usage
 from ._data import KNOWN_STOP_REASONS, RunRow
 from ._filters import RUNS_PER_PAGE, SORTS, Query, meta_text
 from ._html import (
@@ -84,7 +84,7 @@ def _meta_chips(metadata: dict[str, object] | None) -> str:
 
 def runs_tbody(rows: Sequence[RunRow], now: float) -> str:
     if not rows:
-        return '<tr class="none"><td colspan="8">No runs match.</td></tr>'
+        return '<tr class="none"><td colspan="11">No runs match.</td></tr>'
     out = []
     for r in rows:
         out.append(
@@ -96,6 +96,7 @@ def runs_tbody(rows: Sequence[RunRow], now: float) -> str:
             f'<td class="num steps">{r.steps_used}</td>'
             f'<td class="num actions">{r.actions_executed}</td>'
             f'<td class="num duration">{esc(run_duration(r, now))}</td>'
+            f"{_usage.runs_cells(r.usage)}"
             f'<td class="goal" title="{esc(short(r.goal, 300))}">{esc(short(r.goal, 70))}</td>'
             f'<td class="meta">{_meta_chips(r.metadata)}</td></tr>'
         )
@@ -152,6 +153,7 @@ def runs_page(
         '<table class="runs"><thead><tr>'
         f"{head('id', 'Run')}{head('created', 'Created')}{head('stop_reason', 'Stop reason')}"
         f"{head('steps', 'Steps')}{head('actions', 'Actions')}{head('duration', 'Duration')}"
+        f"{_usage.RUNS_HEADERS}"
         f"<th>Goal</th><th>Metadata</th></tr></thead>"
         f'<tbody id="runs-body">{runs_tbody(rows, now)}</tbody></table>'
     )
@@ -194,6 +196,7 @@ def runs_api(
                 "stop_reason": r.stop_reason,
                 "steps_used": r.steps_used,
                 "actions_executed": r.actions_executed,
+                **r.usage,
                 "created_at": r.created_at,
                 "ended_at": r.ended_at,
             }
