@@ -185,7 +185,9 @@ async def test_context_overflow_leaves_no_step_and_no_intent(journal: RecordingJ
     records = j2.inner.records(r.run_id)
     assert sum(isinstance(x, ModelIntent) for x in records) == 1  # none for the stopped step
     assert j2.kinds()[-1] == ["end"]  # the stop wrote the end record alone
-    assert r.stop_detail is None
+    # issue 29: the detail says the prompt's size and the limit (it was None)
+    assert r.stop_detail is not None
+    assert r.stop_detail.endswith(f" chars, over max_prompt_chars={ceiling}")
 
 
 async def test_context_overflow_before_the_first_call_never_calls_the_model(

@@ -30,7 +30,7 @@ def runs(
         str | None, typer.Option("--since", help="Only runs created on/after YYYY-MM-DD.")
     ] = None,
 ) -> None:
-    """List the runs in a journal, oldest first.
+    """List the runs in a journal, oldest first, with their tokens, cost and active seconds.
 
     Example: polyloop runs --stop-reason step_budget --since 2026-11-01
     """
@@ -51,12 +51,15 @@ def show(
     journal: JournalOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Full step records as JSON.")] = False,
 ) -> None:
-    """Show a run's steps as a table (or, with --json, its full records).
+    """Show a run's steps as a table (or, with --json, its full records), with what the run
+    and each step spent: tokens (input, output, cached, reasoning), cost and active seconds.
 
     Example: polyloop show 3f2a… --json
     """
 
-    async def go() -> tuple[dict[str, Any], list[Any], EscalationReport | None, list[TestEdit]]:
+    async def go() -> tuple[
+        dict[str, Any], list[Any], EscalationReport | None, list[TestEdit], dict[int, Any]
+    ]:
         async with open_journal(journal, read_only=True) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
@@ -64,13 +67,14 @@ def show(
             _, records = await j.journal.read(run_id)
             end = records[-1] if records and isinstance(records[-1], RunEnd) else None
             edits = [r for r in records if isinstance(r, TestEdit)]
-            return rows[0], await j.journal.steps(run_id), end.report if end else None, edits
+            steps, usage = await j.journal.steps(run_id), await j.journal.step_usage(run_id)
+            return rows[0], steps, end.report if end else None, edits, usage
 
-    run_row, steps, report, edits = call(go)
+    run_row, steps, report, edits, usage = call(go)
     if as_json:
-        _render.show_json(run_row, steps, report, edits)
+        _render.show_json(run_row, steps, report, edits, usage)
     else:
-        _render.show_table(run_row, steps)
+        _render.show_table(run_row, steps, usage)
         for line in _render.test_edit_lines(edits, run_row["stop_reason"]):
             print(line)
         if report is not None:
@@ -79,7 +83,8 @@ def show(
 
 
 def stats(journal: JournalOpt = None) -> None:
-    """Stop-reason distribution and steps-per-run percentiles across the journal's runs.
+    """Stop-reason distribution and steps-per-run percentiles across the journal's runs, and
+    per stop reason the percentiles of tokens, cost and active seconds per run.
 
     Example: polyloop stats --journal polyloop.db
     """
@@ -105,7 +110,8 @@ def export(
         typer.Option("--redact", help="Strip prompts, observations and argument values."),
     ] = False,
 ) -> None:
-    """Export every step of every run (one record per step, with its run's fields).
+    """Export every step of every run (one record per step, with its run's fields and
+    totals, and the tokens and cost of the step's model calls; same fields in both formats).
 
     Example: polyloop export --format jsonl -o steps.jsonl
     """
@@ -116,8 +122,11 @@ def export(
         async with open_journal(journal, read_only=True) as j:
             rows = []
             for run_row in await j.journal.list_runs():
-                for step in await j.journal.steps(run_row["run_id"]):
-                    rows.append(_render.export_row(run_row, step, redact=redact))
+                run_id = run_row["run_id"]
+                usage = await j.journal.step_usage(run_id)
+                for step in await j.journal.steps(run_id):
+                    row = _render.export_row(run_row, step, usage.get(step.step_idx), redact=redact)
+                    rows.append(row)
             return rows
 
     rows = call(go)

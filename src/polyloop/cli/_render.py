@@ -22,6 +22,7 @@ from polyloop.events import (
     RunEnded,
     StepAppended,
 )
+from polyloop.journal import STEP_USAGE_FIELDS
 from polyloop.types import TestEdit
 
 console = Console(highlight=False, soft_wrap=False)
@@ -193,7 +194,17 @@ def runs_table(rows: list[dict[str, Any]]) -> None:
     ended), ``request`` the request to end it stored (``stop``, ``cancel``; on an ended run,
     one that came too late or ended it), the counters are current while a run is in
     progress."""
-    cols = ["run_id", "created", "state", "stop_reason", "request", "steps", "actions", "goal"]
+    cols = [
+        "run_id",
+        "created",
+        "state",
+        "stop_reason",
+        "request",
+        "steps",
+        "actions",
+        *RUN_USAGE_COLUMNS,
+        "goal",
+    ]
     data = [
         [
             r["run_id"],
@@ -203,6 +214,7 @@ def runs_table(rows: list[dict[str, Any]]) -> None:
             r.get("request") or "",
             str(r["steps_used"]),
             str(r["actions_executed"]),
+            *run_usage_cells(r),
             _short(r["goal"], 40),
         ]
         for r in rows
@@ -210,12 +222,80 @@ def runs_table(rows: list[dict[str, Any]]) -> None:
     _table(cols, data, title=f"{len(rows)} runs")
 
 
+RUN_USAGE_COLUMNS = ["tokens", "cost ($)", "active (s)"]
+"""What a run spent, as ``runs`` shows it: ``tokens_used`` (input plus output), ``cost_usd``
+and ``active_seconds`` (empty while a run has not ended: only its driver knows it)."""
+
+
+def _num(value: Any, fmt: str = "") -> str:
+    """A number as a cell: empty for None (not known, or not reported)."""
+    return "" if value is None else format(value, fmt)
+
+
+def run_usage_cells(r: dict[str, Any]) -> list[str]:
+    """The :data:`RUN_USAGE_COLUMNS` cells of a ``list_runs`` row."""
+    return [
+        _num(r.get("tokens_used")),
+        _num(r.get("cost_usd"), ".6f"),
+        _num(r.get("active_seconds"), ".2f"),
+    ]
+
+
+def usage_line(r: dict[str, Any]) -> str:
+    """``usage: tokens T (input I, output O, cached C, reasoning R)  cost $X  active S s``, and
+    how many replies came with no usage when some did."""
+    parts = ", ".join(
+        f"{label} {_num(r.get(key))}"
+        for label, key in (
+            ("input", "input_tokens"),
+            ("output", "output_tokens"),
+            ("cached", "cached_tokens"),
+            ("reasoning", "reasoning_tokens"),
+        )
+        if r.get(key) is not None
+    )
+    line = f"usage: tokens {_num(r.get('tokens_used'))}" + (f" ({parts})" if parts else "")
+    line += f"  cost ${_num(r.get('cost_usd'), '.6f')}"
+    active = r.get("active_seconds")
+    line += f"  active {_num(active, '.2f')} s" if active is not None else "  active (not ended)"
+    if r.get("usage_missing"):
+        line += f"  usage_missing {r['usage_missing']}"
+    return line
+
+
+STEP_USAGE_COLUMNS = ["step", "input tokens", "output tokens", "cached", "reasoning", "cost ($)"]
+"""The per-step usage table of ``show``: the step's ``model_calls`` attempts summed (empty:
+not reported)."""
+
+
+def step_usage_rows(
+    steps: Sequence[StepRecord], usage: dict[int, dict[str, Any]]
+) -> list[list[str]]:
+    rows = []
+    for s in steps:
+        u = usage.get(s.step_idx, {})
+        rows.append(
+            [
+                str(s.step_idx),
+                _num(u.get("input_tokens")),
+                _num(u.get("output_tokens")),
+                _num(u.get("cached_tokens")),
+                _num(u.get("reasoning_tokens")),
+                _num(u.get("cost_usd"), ".6f"),
+            ]
+        )
+    return rows
+
+
 SHOW_COLUMNS = ["step", "action", "status", "observation", "prompt (chars)", "time (ms)"]
 
 
-def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
-    """The run's state and stop reason, then a row per step; ``time (ms)`` is the step's own
-    ``step_wall_ms``."""
+def show_table(
+    run: dict[str, Any], steps: list[StepRecord], usage: dict[int, dict[str, Any]]
+) -> None:
+    """The run's state, stop reason and what it spent (:func:`usage_line`), what each step's
+    model calls spent (:data:`STEP_USAGE_COLUMNS`), then a row per step (``time (ms)`` is
+    the step's own ``step_wall_ms``; the last table, as scripts read it)."""
     print(f"run {run['run_id']}  {run.get('state', run['status'])}  {run['stop_reason'] or ''}")
     print(f"goal: {_short(run['goal'], 100)}")
     if run.get("stop_detail"):
@@ -223,6 +303,7 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
     request = request_line(run)
     if request:
         print(request)
+    print(usage_line(run))
     data = [
         [
             str(s.step_idx),
@@ -234,6 +315,8 @@ def show_table(run: dict[str, Any], steps: list[StepRecord]) -> None:
         ]
         for s in steps
     ]
+    if steps:
+        _table(STEP_USAGE_COLUMNS, step_usage_rows(steps, usage), title="usage per step")
     _table(SHOW_COLUMNS, data)
     if run.get("final_answer"):
         print(f"answer: {run['final_answer']}")
@@ -261,8 +344,13 @@ def show_json(
     steps: list[StepRecord],
     report: EscalationReport | None = None,
     test_edits: Sequence[TestEdit] = (),
+    usage: dict[int, dict[str, Any]] | None = None,
 ) -> None:
+    """``run`` (the ``list_runs`` row, its usage fields included), ``steps`` (the step
+    records as they are), ``usage`` (a row per step with a model call: ``step_idx`` and
+    its usage fields), then the report and test edits when there are any."""
     out: dict[str, Any] = {"run": run, "steps": [s.to_dict() for s in steps]}
+    out["usage"] = [{"step_idx": i, **u} for i, u in sorted((usage or {}).items())]
     if report is not None:
         out["report"] = report.to_dict()
     if test_edits:
@@ -289,27 +377,59 @@ def stats(rows: list[dict[str, Any]]) -> None:
     )
     steps = sorted(r["steps_used"] for r in ended)
     if steps:
-        qs = (
-            statistics.quantiles(steps, n=100, method="inclusive")
-            if len(steps) > 1
-            else [steps[0]] * 99
-        )
+        qs = _quantiles(steps)
         print(
             f"steps per run: p50 {qs[49]:.0f}  p90 {qs[89]:.0f}  p99 {qs[98]:.0f}  max {steps[-1]}"
         )
+    data = []
+    for reason in sorted(counts, key=lambda k: -counts[k]):
+        runs = [r for r in ended if r["stop_reason"] == reason]
+        for key, fmt in STATS_MEASURES:
+            values = sorted(r[key] for r in runs if r.get(key) is not None)
+            if not values:
+                continue
+            qs = _quantiles(values)
+            cells = [format(v, fmt) for v in (qs[49], qs[89], qs[98], values[-1], sum(values))]
+            data.append([reason, key, str(len(values)), *cells])
+    if data:
+        _table(STATS_COLUMNS, data, title="spent per run, by stop reason")
+
+
+STATS_MEASURES = (("tokens_used", ".0f"), ("cost_usd", ".6f"), ("active_seconds", ".2f"))
+"""What ``stats`` gives percentiles of per stop reason: the ``runs`` totals, by their names."""
+STATS_COLUMNS = ["stop_reason", "measure", "runs", "p50", "p90", "p99", "max", "total"]
+
+
+def _quantiles(values: Sequence[float]) -> list[float]:
+    """The 99 percentile cut points of sorted ``values`` (inclusive method)."""
+    if len(values) == 1:
+        return [float(values[0])] * 99
+    return statistics.quantiles(values, n=100, method="inclusive")
 
 
 _REDACTED = "[redacted]"
 
 
-def export_row(run: dict[str, Any], step: StepRecord, *, redact: bool) -> dict[str, Any]:
+def export_row(
+    run: dict[str, Any], step: StepRecord, usage: dict[str, Any] | None, *, redact: bool
+) -> dict[str, Any]:
+    """One exported step: its run's fields (``run_status`` is the run's ``status``; the run's
+    totals ``tokens_used``, ``run_cost_usd`` (the run's ``cost_usd``), ``active_seconds``,
+    ``usage_missing``), the step record's fields, then what the step's model calls spent
+    (``input_tokens``, ``output_tokens``, ``cached_tokens``, ``reasoning_tokens``,
+    ``cost_usd``: None when not reported). The same names in every format."""
     row: dict[str, Any] = {
         "run_id": run["run_id"],
         "goal": run["goal"],
         "stop_reason": run["stop_reason"],
         "run_status": run["status"],
         "created_at": run["created_at"],
+        "tokens_used": run.get("tokens_used"),
+        "run_cost_usd": run.get("cost_usd"),
+        "active_seconds": run.get("active_seconds"),
+        "usage_missing": run.get("usage_missing"),
         **step.to_dict(),
+        **{name: (usage or {}).get(name) for name in STEP_USAGE_FIELDS},
     }
     if redact:
         row["goal"] = _REDACTED

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._reading import STEP_USAGE_FIELDS
 from .memory import MemoryJournal
 from .sqlite import SQLiteJournal
 
 if TYPE_CHECKING:
     from .postgres import PostgresJournal
 
-__all__ = ["MemoryJournal", "PostgresJournal", "SQLiteJournal"]
+__all__ = ["STEP_USAGE_FIELDS", "MemoryJournal", "PostgresJournal", "SQLiteJournal"]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,7 @@ from ..types import (
     EndRequest,
     Lease,
     LeaseLost,
+    ModelResult,
     Record,
     RequestResult,
     RunEnd,
@@ -25,6 +26,7 @@ from ..types import (
 )
 from . import _approvals
 from ._owner import new_owner, owner_is_dead
+from ._reading import UsageSums, run_totals
 from ._state import run_state
 
 __all__ = ["MemoryJournal"]
@@ -41,6 +43,8 @@ class _Run:
     end: RunEnd | None = None
     request: EndRequest | None = None
     awaiting: bool = False  # parked until a person decides (runs.status 'awaiting_approval')
+    usage: UsageSums = field(default_factory=UsageSums)
+    step_usage: dict[int, UsageSums] = field(default_factory=dict)
 
 
 class MemoryJournal:
@@ -70,7 +74,8 @@ class MemoryJournal:
     ) -> list[dict[str, Any]]:
         """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``), in
         creation order, as :meth:`SQLiteJournal.list_runs` gives them: the ``runs`` columns
-        (``journal_schema_version`` None: nothing is stored) and the derived ``state``.
+        (``journal_schema_version`` None: nothing is stored), the usage fields and the derived
+        ``state``.
         ``steps_used``/``actions_executed`` are current after every step. Read-only."""
         now = self._clock()
         runs = self._runs.values() if run_id is None else [self._runs.get(run_id)]
@@ -83,6 +88,12 @@ class MemoryJournal:
                 row["state"] = run_state(row["status"], row["owner"], row["lease_expires_at"], now)
                 out.append(row)
         return out
+
+    async def step_usage(self, run_id: str) -> dict[int, dict[str, Any]]:
+        """What each step of the run spent, as :meth:`SQLiteJournal.step_usage` gives it.
+        Raises ``RunNotFound``."""
+        run = self._get(run_id)
+        return {i: sums.step_fields() for i, sums in sorted(run.step_usage.items())}
 
     # -- the seam ---------------------------------------------------------------------------
     async def create(self, spec: RunSpec, *, ttl_s: float) -> Lease:
@@ -208,6 +219,9 @@ def _extend(run: _Run, records: Sequence[Record]) -> None:
         if isinstance(r, StepWritten):
             run.steps_used += 1
             run.actions_executed += r.step.action_status == "executed"
+        elif isinstance(r, ModelResult):
+            run.usage.add(r)
+            run.step_usage.setdefault(r.step_idx, UsageSums()).add(r)
         elif isinstance(r, ApprovalRequested):
             run.awaiting = True
         elif isinstance(r, ApprovalDecided):
@@ -248,4 +262,5 @@ def _listed(run: _Run) -> dict[str, Any]:
         "goal": spec.goal,
         "limits": spec.limits.to_dict(),
         "metadata": None if spec.metadata is None else dict(spec.metadata),
+        **run_totals(None if end is None else end.totals, run.usage),
     }

@@ -106,6 +106,7 @@ from ..types import (
 )
 from . import _approvals, _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
+from ._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
 from ._request_rows import request_answer, request_row, stored_request
 from ._sqlite_read import _parse_run
 from ._sqlite_schema import (
@@ -119,9 +120,8 @@ from ._sqlite_schema import (
     _steps_from_rows,
 )
 from ._sqlite_writer import _wait_uninterrupted
-from ._state import run_state
 from ._versions import _ADDED_COLUMNS, JOURNAL_SCHEMA_VERSION, _check_meta, _level, _needs_migration
-from .sqlite import _Append, _prepare, _run_filters, end_totals
+from .sqlite import _Append, _prepare, end_totals
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -354,18 +354,6 @@ _READ_RUN = _pg(_sqlite_schema._READ_RUN)
 _READ_RECORDS = _pg(_sqlite_schema._READ_RECORDS)
 # (A running run at 0 steps may come from a journal written before the counters were kept
 # current per step: counted from ``steps``.)
-_LIST_RUNS = """SELECT run_id, status, stop_reason, stop_detail, final_answer,
-        CASE WHEN status = 'ended' OR steps_used > 0 THEN steps_used
-             ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
-            AS steps_used,
-        CASE WHEN status = 'ended' OR steps_used > 0 THEN actions_executed
-             ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
-                   AND s.action_status = 'executed') END AS actions_executed,
-        created_at, ended_at, owner, lease_expires_at, wording_version,
-        journal_schema_version, request, request_reason, requested_by, requested_at, goal,
-        limits_json, metadata_json
-    FROM runs r {where} ORDER BY created_at, run_id COLLATE "C"
-"""
 # By name, not ``SELECT *`` as SQLite reads them: a PostgreSQL journal is migrated when it is
 # opened, so it has every column; and a prepared ``SELECT *`` fails ("cached plan must not change
 # result type") once a newer minor adds a column while this journal is open.
@@ -757,22 +745,27 @@ class PostgresJournal:
         same shape as :meth:`SQLiteJournal.list_runs`, ``state`` included (derived on this
         machine's clock). ``steps_used``/``actions_executed`` are current after every step.
         Read-only."""
-        where, params = _run_filters(status, run_id, "%s")
-        query = _LIST_RUNS.format(where=where)
+        requests = "request, request_reason, requested_by, requested_at"
+        query, params = list_runs_sql(status, run_id, requests=requests, collate=' COLLATE "C"')
         async with self._connection() as conn:
-            cur = await conn.execute(query, params)
+            cur = await conn.execute(_pg(query), params)
             names = [d.name for d in cur.description or ()]
             rows = await cur.fetchall()
         now = self._now()[0]
-        out = []
-        for row in rows:
-            d = dict(zip(names, row, strict=True))
-            d["limits"] = json.loads(d.pop("limits_json"))
-            meta = d.pop("metadata_json")
-            d["metadata"] = None if meta is None else json.loads(meta)
-            d["state"] = run_state(d["status"], d["owner"], d["lease_expires_at"], now)
-            out.append(d)
-        return out
+        return [listed_row(names, row, now) for row in rows]
+
+    async def step_usage(self, run_id: str) -> dict[int, dict[str, Any]]:
+        """What each step of the run spent, as :meth:`SQLiteJournal.step_usage` gives it (one
+        aggregate query). Read-only. Raises ``RunNotFound``."""
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                run_cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+                cur = await conn.execute(_pg(step_usage_query()), (run_id,))
+            found = await run_cur.fetchone()
+            rows = await cur.fetchall()
+        if found is None:
+            raise RunNotFound(run_id)
+        return {row[0]: dict(zip(STEP_USAGE_FIELDS, row[1:], strict=True)) for row in rows}
 
     async def steps(self, run_id: str) -> list[StepRecord]:
         """A run's step records from the ``steps`` table, by ``step_idx``. Read-only.

@@ -137,6 +137,7 @@ from ..types import (
 from . import _approvals
 from ._observations import stored_json
 from ._owner import new_owner, owner_is_dead
+from ._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
 from ._request_rows import request_answer, request_row, stored_request
 from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
@@ -177,7 +178,6 @@ from ._sqlite_writer import (
     _wait_answer,
     _Writer,
 )
-from ._state import run_state
 from ._versions import JOURNAL_SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -783,7 +783,12 @@ class SQLiteJournal:
         except ``history_json``, with ``metadata`` and ``limits`` decoded, and ``state``: what
         the run is doing now (``ended``, ``running``, ``detached`` or ``stale``, see
         :mod:`polyloop.journal._state`). ``steps_used``/``actions_executed`` are current
-        after every step. Read-only."""
+        after every step. What the run spent: ``tokens_used``, ``cost_usd`` (USD),
+        ``active_seconds``, ``usage_missing`` (the ``runs`` totals the end record set; for a
+        run without them, not ended yet, tokens, cost and replies without usage summed from
+        its ``model_calls``, ``active_seconds`` None), and ``input_tokens``,
+        ``output_tokens``, ``cached_tokens``, ``reasoning_tokens`` summed over its attempts
+        (None: none reported), in one aggregate query. Read-only."""
         now = self._clock()
         return await asyncio.to_thread(
             self._readers.run, lambda c: _list_runs(c, status, run_id, now)
@@ -793,6 +798,13 @@ class SQLiteJournal:
         """A run's step records from the ``steps`` table, by ``step_idx``. Read-only.
         Raises ``RunNotFound``."""
         return await asyncio.to_thread(self._readers.run, lambda c: _read_steps(c, run_id))
+
+    async def step_usage(self, run_id: str) -> dict[int, dict[str, Any]]:
+        """What each step of the run spent, by ``step_idx`` (steps with a model call only):
+        ``input_tokens``, ``output_tokens``, ``cached_tokens``, ``reasoning_tokens``,
+        ``cost_usd`` (USD), each the sum over the step's ``model_calls`` attempts, None when
+        no attempt reported it. One aggregate query. Read-only. Raises ``RunNotFound``."""
+        return await asyncio.to_thread(self._readers.run, lambda c: _step_usage(c, run_id))
 
     @property
     def commits(self) -> int:
@@ -872,51 +884,27 @@ def _release_fn(lease: Lease) -> _Fn:
 # -- reading (in worker threads) --------------------------------------------------------------
 
 
-def _run_filters(
-    status: str | None, run_id: str | None, placeholder: str
-) -> tuple[str, tuple[str, ...]]:
-    """``list_runs``' WHERE clause and its parameters: only the filters given, so that a run id
-    is looked up by the primary key (both backends)."""
-    pairs = (("status", status), ("run_id", run_id))
-    given = [(column, value) for column, value in pairs if value is not None]
-    if not given:
-        return "", ()
-    where = " AND ".join(f"{column} = {placeholder}" for column, _ in given)
-    return f"WHERE {where}", tuple(value for _, value in given)
-
-
 def _list_runs(
     conn: sqlite3.Connection, status: str | None, run_id: str | None, now: float
 ) -> list[dict[str, Any]]:
-    where, params = _run_filters(status, run_id, "?")
-    # A journal of an older minor, read without migrating it, has no request columns.
+    # A journal of an older minor, read without migrating it, lacks the newer columns.
     have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
     requests = ", ".join(c if c in have else f"NULL AS {c}" for c in _REQUEST_COLUMNS)
-    # A running run still at 0 steps may come from a journal written before the counters were
-    # kept current per step: counted from ``steps`` (nothing to count for a new run).
-    cur = conn.execute(
-        f"""SELECT run_id, status, stop_reason, stop_detail, final_answer,
-            CASE WHEN status = 'ended' OR steps_used > 0 THEN steps_used
-                 ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) END
-                AS steps_used,
-            CASE WHEN status = 'ended' OR steps_used > 0 THEN actions_executed
-                 ELSE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id
-                       AND s.action_status = 'executed') END AS actions_executed,
-            created_at, ended_at, owner, lease_expires_at, wording_version,
-            journal_schema_version, {requests}, goal, limits_json, metadata_json
-        FROM runs r {where} ORDER BY created_at, run_id""",
-        params,
+    calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
+    query, params = list_runs_sql(
+        status, run_id, requests=requests, runs_have=have, calls_have=calls
     )
+    cur = conn.execute(query, params)
     names = [d[0] for d in cur.description]
-    out = []
-    for row in cur.fetchall():
-        d = dict(zip(names, row, strict=True))
-        d["limits"] = json.loads(d.pop("limits_json"))
-        meta = d.pop("metadata_json")
-        d["metadata"] = None if meta is None else json.loads(meta)
-        d["state"] = run_state(d["status"], d["owner"], d["lease_expires_at"], now)
-        out.append(d)
-    return out
+    return [listed_row(names, row, now) for row in cur.fetchall()]
+
+
+def _step_usage(conn: sqlite3.Connection, run_id: str) -> dict[int, dict[str, Any]]:
+    if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+        raise RunNotFound(run_id)
+    calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
+    cur = conn.execute(step_usage_query(calls), (run_id,))
+    return {row[0]: dict(zip(STEP_USAGE_FIELDS, row[1:], strict=True)) for row in cur}
 
 
 if TYPE_CHECKING:

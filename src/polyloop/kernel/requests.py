@@ -77,10 +77,13 @@ def requested_ending(
 
 
 def _end_record(state: Replayed, clock: Clock, request: EndRequest) -> RunEnd:
-    """The end record of a run nobody holds, ``request`` ends it, from its replayed state."""
+    """The end record of a run nobody holds, ``request`` ends it, from its replayed state; its
+    totals are what the run's attempts spent (the model results' usage and cost) and the
+    active time its last step journaled (no process drives it while it ends)."""
     reason, detail, pending = requested_ending(request, state.interrupted)
     steps, actions = len(state.steps), state.actions_executed
-    return RunEnd(reason, detail, None, steps, actions, clock.time(), pending)
+    totals = state.totals(state.active_s)
+    return RunEnd(reason, detail, None, steps, actions, clock.time(), pending, None, totals)
 
 
 def default_by() -> str:

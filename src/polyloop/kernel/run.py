@@ -115,7 +115,7 @@ class RunDriver(Driver):
         prompt_chars = self.context.prompt_chars
         reason = stopping.context_overflows(st.limits, prompt_chars)
         if reason is not None:
-            return await self._end(reason)
+            return await self._end(reason, stopping.overflow_detail(st.limits, prompt_chars))
         # C. Model call (retry inside).
         t0 = self.cfg.clock.monotonic()
         return await calling.model_phase(self, len(st.steps), t0, prompt_chars, new_id(), 1, 0)

@@ -50,6 +50,7 @@ __all__ = [
     "context_overflows",
     "failure_repeated",
     "failure_signals",
+    "overflow_detail",
     "requested",
 ]
 
@@ -98,6 +99,11 @@ def context_overflows(limits: Limits, prompt_chars: int) -> StopReason | None:
     if limits.max_prompt_chars is not None and prompt_chars > limits.max_prompt_chars:
         return StopReason.context_overflow
     return None
+
+
+def overflow_detail(limits: Limits, prompt_chars: int) -> str:
+    """The ``stop_detail`` of a ``context_overflow``: the prompt's size and the limit."""
+    return f"the prompt is {prompt_chars} chars, over max_prompt_chars={limits.max_prompt_chars}"
 
 
 def after_model_failure(limits: Limits, failed_in_a_row: int) -> StopReason | None:

@@ -15,7 +15,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from polyloop import PolyLoopError
 
-from . import _pages
+from . import _pages, _runs_pages
 from ._data import ReadableJournal, Runner, Source
 from ._filters import BadQuery, parse_query, select
 from ._html import asset
@@ -165,7 +165,7 @@ class ViewerApp:
         query = self._query(params)
         everything = self._runner.call(self.source.runs())
         selected = select(everything, query, now)
-        return "200 OK", "text/html", _pages.runs_page(selected, everything, query, now)
+        return "200 OK", "text/html", _runs_pages.runs_page(selected, everything, query, now)
 
     def _runs_api(self, params: dict[str, list[str]], now: float) -> tuple[str, str, str]:
         try:
@@ -179,7 +179,7 @@ class ViewerApp:
         return (
             "200 OK",
             "application/json",
-            json.dumps(_pages.runs_api(selected, everything, query, now)),
+            json.dumps(_runs_pages.runs_api(selected, everything, query, now)),
         )
 
     def _run_api(self, run_id: str) -> tuple[str, str, str]:
@@ -239,7 +239,7 @@ class ViewerApp:
         selected = select(everything, query, now)
         recent = sorted(selected, key=lambda r: r.created_at, reverse=True)[:STATS_MAX_RUNS]
         walls = self._runner.call(self.source.step_walls(recent))
-        html = _pages.stats_page(selected, everything, query, walls, len(recent))
+        html = _runs_pages.stats_page(selected, everything, query, walls, len(recent))
         return "200 OK", "text/html", html
 
     def _static(self, name: str) -> tuple[str, str, str]:

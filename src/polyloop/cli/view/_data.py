@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from polyloop import PendingAction, StepRecord, StopReason
+from polyloop.journal._reading import UsageSums
 from polyloop.types import (
     ActionIntent,
     ActionResult,
@@ -75,6 +76,10 @@ class RunRow:
     request_reason: str | None = None
     requested_by: str | None = None
     requested_at: float | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    """What the run spent, as ``list_runs()`` gives it: ``tokens_used``, ``cost_usd``,
+    ``active_seconds``, ``usage_missing``, ``input_tokens``, ``output_tokens``,
+    ``cached_tokens``, ``reasoning_tokens`` (None: not known or not reported)."""
 
     @property
     def live(self) -> bool:
@@ -126,7 +131,21 @@ def run_row(d: dict[str, Any], now: float) -> RunRow:
         request_reason=d.get("request_reason"),
         requested_by=d.get("requested_by"),
         requested_at=None if d.get("requested_at") is None else float(d["requested_at"]),
+        usage={key: d.get(key) for key in RUN_USAGE_FIELDS},
     )
+
+
+RUN_USAGE_FIELDS: tuple[str, ...] = (
+    "tokens_used",
+    "cost_usd",
+    "active_seconds",
+    "usage_missing",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+)
+"""The usage fields of a ``list_runs()`` row (the ``runs`` totals, then the attempts' sums)."""
 
 
 @dataclass(slots=True)
@@ -143,6 +162,9 @@ class StepView:
     failed_attempts: list[str] = field(default_factory=list)
     """Model-call attempts of this step that failed (retried or final), as ``type: message``."""
     action_latency_ms: float | None = None
+    usage: dict[str, Any] | None = None
+    """What the step's model calls spent (``STEP_USAGE_FIELDS``: tokens and ``cost_usd``,
+    None where not reported); None for a step without a model reply."""
 
     @property
     def hidden_tail(self) -> int:
@@ -177,6 +199,7 @@ class RunDetail:
 def build_detail(run: RunRow, records: Sequence[Record]) -> RunDetail:
     """Fold a run's journal records into steps with their replies and outcomes."""
     replies: dict[int, ModelResult] = {}
+    spent: dict[int, UsageSums] = {}
     failed: dict[int, list[str]] = {}
     outcomes: dict[int, ActionResult] = {}
     intents: dict[int, ActionIntent] = {}
@@ -186,6 +209,7 @@ def build_detail(run: RunRow, records: Sequence[Record]) -> RunDetail:
     for r in records:
         if isinstance(r, ModelResult):
             replies[r.step_idx] = r
+            spent.setdefault(r.step_idx, UsageSums()).add(r)
             last_model_intent = None
         elif isinstance(r, ModelIntent):
             last_model_intent = r
@@ -205,6 +229,8 @@ def build_detail(run: RunRow, records: Sequence[Record]) -> RunDetail:
             detail.report = r.report
     for s in steps:
         view = StepView(s, failed_attempts=failed.get(s.step_idx, []))
+        sums = spent.get(s.step_idx)
+        view.usage = None if sums is None else sums.step_fields()
         reply = replies.get(s.step_idx)
         if reply is not None:
             view.text = reply.reply.text

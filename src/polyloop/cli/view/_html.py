@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Callable
 from importlib import resources
+from typing import TYPE_CHECKING
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from ._data import RunRow
 
 REASON_CLASS = {
     "task_completed": "ok",
@@ -115,3 +120,42 @@ def nav_links(active: str) -> str:
         for key, href, label in items
     )
     return f'<span class="brand">PolyLoop</span>{links}'
+
+
+def request_text(r: RunRow, *, content: bool = True) -> str:
+    """``stop requested by WHO at WHEN: REASON`` (without ``content``: who and why withheld,
+    as a shared report withholds the stop detail)."""
+    at = "" if r.requested_at is None else f" at {when(r.requested_at)}"
+    if not content:
+        return f"{r.request} requested{at} (who and why withheld)"
+    reason = f": {r.request_reason}" if r.request_reason else ""
+    return f"{r.request} requested by {r.requested_by or '?'}{at}{reason}"
+
+
+def run_duration(r: RunRow, now: float) -> str:
+    return "—" if r.state in ("detached", "stale") else duration(r.duration_s(now))
+
+
+def pager_links(current: int, pages: int, href: Callable[[int], str]) -> str:
+    """Links to the pages around ``current``, the first and the last."""
+    if pages <= 1:
+        return ""
+    shown = sorted(
+        {1, pages, current - 2, current - 1, current, current + 1, current + 2}
+        & set(range(1, pages + 1))
+    )
+    parts = []
+    if current > 1:
+        parts.append(f'<a class="prev" href="{esc(href(current - 1))}">‹ prev</a>')
+    last = 0
+    for p in shown:
+        if p - last > 1:
+            parts.append('<span class="gap">…</span>')
+        if p == current:
+            parts.append(f'<span class="current">{p}</span>')
+        else:
+            parts.append(f'<a href="{esc(href(p))}">{p}</a>')
+        last = p
+    if current < pages:
+        parts.append(f'<a class="next" href="{esc(href(current + 1))}">next ›</a>')
+    return f'<nav class="pager">{"".join(parts)}</nav>'
