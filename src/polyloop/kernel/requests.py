@@ -80,6 +80,7 @@ def _end_record(state: Replayed, clock: Clock, request: EndRequest) -> RunEnd:
     """The end record of a run nobody holds, ``request`` ends it, from its replayed state."""
     reason, detail, pending = requested_ending(request, state.interrupted)
     steps, actions = len(state.steps), state.actions_executed
+    detail = state.end_detail(detail)
     return RunEnd(reason, detail, None, steps, actions, clock.time(), pending)
 
 
