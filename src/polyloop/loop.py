@@ -11,6 +11,7 @@ from .context import ChatContextBuilder
 from .interpreters import NativeToolCallInterpreter
 from .journal import MemoryJournal
 from .kernel import Kernel, KernelConfig
+from .models.prices import table_price
 from .seams import Clock, ContextBuilder, Environment, Interpreter, Journal, Model
 from .tools import ToolEnvironment, ToolRegistry
 from .types import (
@@ -169,6 +170,7 @@ class Loop:
                 approval_timeout_s=approval_timeout_s,
                 approval_denied=templates.approval_denied,
                 time_budget_grace_s=float(time_budget_grace_s),
+                price_table=table_price,
             )
         )
 

@@ -27,6 +27,7 @@ from .types import (
     ToolContext,
     ToolSpec,
     Turn,
+    Usage,
 )
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "Model",
     "ModelChain",
     "NeedsApproval",
+    "PriceTable",
+    "Pricer",
     "model_name",
 ]
 
@@ -264,6 +267,20 @@ class Approvals(Protocol):
         ``op_id``, ``tool_name``, ``args_json``, ``action``, ``requested_at``, ``expires_at``.
         Read-only."""
         ...
+
+
+class Pricer(Protocol):
+    """A model's prices: ``cost(usage)`` is what one attempt's ``usage`` cost in US dollars,
+    or None when it cannot be priced. A :class:`polyloop.Pricing` is one (a model's own
+    ``pricing``); the price table's entries (:mod:`polyloop.models.prices`) are others."""
+
+    def cost(self, usage: Usage) -> float | None: ...
+
+
+PriceTable = Callable[[str], "Pricer | None"]
+"""The prices of the model named ``name`` (a model's ``name``, ``"openai:gpt-4o-mini"``), or
+None when they are not known: asked once per model when a ``Loop`` is built, for the models
+that have no ``pricing`` of their own."""
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._setup import BadInput, FailureGuardArgs, finite, mcp_config, run_config
+from ._setup import BadInput, FailureGuardArgs, finite, mcp_config, pricing_config, run_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,8 +48,26 @@ MaxCostOpt = Annotated[
     typer.Option(
         "--max-cost",
         parser=finite,
-        help="US dollars the run may spend (cost_budget; priced from the provider's reported "
-        "cost, else counted 0 and reported as usage missing).",
+        help="US dollars the run may spend (cost_budget): the provider's reported cost, else "
+        "the tokens at --price-in/--price-out, else at the model's price in the genai-prices "
+        "table. A run whose cost cannot be measured warns once and says so in its detail.",
+    ),
+]
+PriceInOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-in",
+        parser=finite,
+        help="US dollars per million input tokens (with --price-out; overrides the price "
+        "table). Stored with the run.",
+    ),
+]
+PriceOutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-out",
+        parser=finite,
+        help="US dollars per million output tokens (with --price-in). Stored with the run.",
     ),
 ]
 MaxSecondsOpt = Annotated[
@@ -230,6 +248,8 @@ class RunOptions:
     max_prompt_chars: int | None
     max_tokens: int | None
     max_cost: float | None
+    price_in: float | None
+    price_out: float | None
     max_seconds: float | None
     timeout: float | None
     mcp: list[str] | None
@@ -287,6 +307,7 @@ class RunOptions:
                 "max_output_tokens": self.max_output_tokens,
             },
         )
+        config.update(pricing_config(self.price_in, self.price_out))
         config.update(
             mcp_config(
                 self.mcp or [],
@@ -363,6 +384,8 @@ def _flags(
     max_prompt_chars: MaxPromptCharsOpt = None,
     max_tokens: MaxTokensOpt = None,
     max_cost: MaxCostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
     max_seconds: MaxSecondsOpt = None,
     timeout: TimeoutOpt = None,
     mcp: McpOpt = None,

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from polyloop import ConfigError, Limits, Loop, RunNotFound, ToolRegistry
+from polyloop import ConfigError, Limits, Loop, Pricing, RunNotFound, ToolRegistry
 from polyloop.journal import SQLiteJournal
 from polyloop.types import check_number
 
@@ -165,6 +165,25 @@ def check_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
             raise BadInput(f"--max-output-tokens must be > 0, got {tokens}")
         out["max_output_tokens"] = tokens
     return out
+
+
+def pricing_config(price_in: float | None, price_out: float | None) -> dict[str, Any]:
+    """``--price-in``/``--price-out`` (US dollars per million input/output tokens), stored
+    with the run as its model's ``Pricing``, which overrides the price table; ``{}`` when
+    neither is given. Raises ``BadInput``: only one given, or a price out of range."""
+    if price_in is None and price_out is None:
+        return {}
+    if price_in is None or price_out is None:
+        raise BadInput(
+            "--price-in and --price-out go together: give both (US dollars per million input "
+            "and output tokens)"
+        )
+    try:
+        Pricing(price_in, price_out)
+    except ConfigError as exc:
+        said = str(exc).replace("Pricing.input_per_mtok", "--price-in")
+        raise BadInput(said.replace("Pricing.output_per_mtok", "--price-out")) from None
+    return {"pricing": {"input_per_mtok": price_in, "output_per_mtok": price_out}}
 
 
 def mcp_config(
@@ -378,6 +397,8 @@ def _model(config: dict[str, Any]) -> Any:
         options["timeout_s"] = config["timeout_s"]
     if config.get("stream") is True:
         options["stream"] = True
+    if config.get("pricing") is not None:
+        options["pricing"] = Pricing(**config["pricing"])
     provider, _, name = config["model"].partition(":")
     if config.get("max_output_tokens") is not None:
         options["max_tokens"] = config["max_output_tokens"]

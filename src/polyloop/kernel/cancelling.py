@@ -79,6 +79,7 @@ async def on_cancel(d: Driver) -> None:
     if d._cancel_sent:  # a cancel request's reason comes first
         detail = request_detail(d.request, detail)
     reason = stopping.CANCELLED
+    detail = st.end_detail(detail)
     end = RunEnd(
         reason,
         detail,

@@ -26,6 +26,8 @@ from ..seams import (
     Model,
     ModelChain,
     NeedsApproval,
+    Pricer,
+    PriceTable,
     model_name,
 )
 from ..types import (
@@ -103,13 +105,18 @@ class KernelConfig:
     time_budget_grace_s: float = 5.0
     """``Loop(time_budget_grace_s=...)``: what a call may run past ``Limits.max_seconds``
     (:mod:`.deadline`)."""
+    price_table: PriceTable | None = None
+    """The prices of the models that have no ``pricing`` of their own, by name
+    (:mod:`polyloop.models.prices`); None: such models have no price."""
     # Derived once here, not per run (checking a runtime Protocol costs more than a short
     # run's first step): the models a step may ask, in order (a FallbackModel's, or the one
     # model), the failure kinds that move to the next one, and the environment's
-    # NeedsApproval method (None: no action ever needs approval).
+    # NeedsApproval method (None: no action ever needs approval), and each model's price
+    # in the price table (None: not in it; a model's own pricing, read per run, comes first).
     models: tuple[Model, ...] = field(init=False)
     fallback_on: frozenset[str] = field(init=False)
     needs_approval: Callable[[Action], bool] | None = field(init=False)
+    table_prices: tuple[Pricer | None, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         model = self.model
@@ -120,6 +127,10 @@ class KernelConfig:
             models, fallback_on = (model,), frozenset()
         object.__setattr__(self, "models", models)
         object.__setattr__(self, "fallback_on", fallback_on)
+        table = self.price_table
+        names = (model_name(m) for m in models)
+        prices = tuple(None if table is None or n is None else table(n) for n in names)
+        object.__setattr__(self, "table_prices", prices)
         env = self.environment
         approval = env.needs_approval if isinstance(env, NeedsApproval) else None
         object.__setattr__(self, "needs_approval", approval)
@@ -205,7 +216,10 @@ class Driver:
         self._models = cfg.models
         self._fallback_on = cfg.fallback_on
         self._model_names = tuple(model_name(m) for m in self._models)
-        self._pricing = tuple(pricing_of(m) for m in self._models)
+        self._pricing: tuple[Pricer | None, ...] = tuple(
+            p if (p := pricing_of(m)) is not None else t
+            for m, t in zip(self._models, cfg.table_prices, strict=True)
+        )
         # Active time: what earlier executions journaled, plus this one's since it began.
         self._active_base = state.active_s
         self._active_t0 = cfg.clock.monotonic()
@@ -318,6 +332,7 @@ class Driver:
         st = self.state
         if step is not None:
             records = (*records, self._add_to_context(step, reply, cut))
+        detail = st.end_detail(detail)
         end = RunEnd(
             reason,
             detail,

@@ -10,6 +10,7 @@ import logging
 import math
 import random
 
+from ..seams import Pricer
 from ..types import (
     ErrorInfo,
     ModelAttemptFailed,
@@ -22,7 +23,6 @@ from ..types import (
     ModelReply,
     ModelRequest,
     ModelResult,
-    Pricing,
     RunResult,
     StepRecord,
     StopReason,
@@ -75,8 +75,9 @@ def refuse_usage(
     return dataclasses.replace(reply, usage=None)
 
 
-def attempt_cost(usage: Usage | None, pricing: Pricing | None) -> float | None:
-    """An attempt's cost: the provider's reported cost, else its tokens at ``pricing``."""
+def attempt_cost(usage: Usage | None, pricing: Pricer | None) -> float | None:
+    """An attempt's cost: the provider's reported cost, else its tokens at ``pricing`` (the
+    model's own ``Pricing``, else its price in the price table); None when neither is known."""
     if usage is None:
         return None
     if usage.cost_usd is not None:
@@ -225,7 +226,8 @@ async def model_phase(
             )
         # The result is written with the first record that acts on it (see deciding.decide).
         result = ModelResult(step_idx, intent_id, attempt, call_id, reply, latency, bad, cost)
-        st.count_result(result)
+        if (warning := st.count_result(result, name)) is not None:
+            log.warning("run %s: %s", d.run_id, warning)
         if wrap_up is not None:
             return await wrapping.decide(
                 d, wrap_up, step_idx, t0, prompt_chars, reply, call_id, (result,),

@@ -112,18 +112,67 @@ class Replayed:
     ledger: Ledger = field(default_factory=Ledger)
     """The failure ledger, rebuilt by folding the outcomes of the steps (see :mod:`.ledger`)."""
 
-    def count_result(self, result: ModelResult) -> None:
-        """Add a model result's usage and cost to the run's totals."""
+    unmeasured: dict[str, str] = field(default_factory=dict)
+    """Why a budget cannot be measured, by budget (``"max_tokens"``, ``"max_cost"``): said by
+    the first model result it could not count (no usage; no cost and no price)."""
+
+    def count_result(self, result: ModelResult, model: str | None = None) -> str | None:
+        """Add a model result's usage and cost to the run's totals. ``model``: the name of
+        the model that answered. Returns the warning when the result is the first that a
+        budget of the run cannot count (once per budget, see :meth:`end_detail`), else None."""
         usage = result.reply.usage
+        limits = self.limits
         if usage is None:
             self.usage_missing += 1
-            return
+            if limits.max_tokens is None and limits.max_cost is None:
+                return None
+            return self._unmeasured(result, model, None)
         self.usage = usage if self.usage is None else self.usage + usage
         self.tokens += (usage.input_tokens or 0) + (usage.output_tokens or 0)
         if result.cost_usd is not None:
             self.cost_usd += result.cost_usd
-        elif self.limits.max_cost is not None:
+        elif limits.max_cost is not None:
             self.usage_missing += 1
+            if "max_cost" not in self.unmeasured:
+                return self._unmeasured(result, model, usage)
+        return None
+
+    def _unmeasured(
+        self, result: ModelResult, model: str | None, usage: Usage | None
+    ) -> str | None:
+        """Say why the budgets not yet said cannot count ``result`` (``usage``: its usage,
+        None when it had none); the warning, or None when each was said already."""
+        limits = self.limits
+        where = f"step {result.step_idx} attempt {result.attempt}"
+        named = f"model {model!r}" if model else "a model without a name"
+        never = "(usage_missing), so this budget may never stop the run"
+        said = []
+        if usage is None:
+            for budget, what in (("max_tokens", "tokens"), ("max_cost", "cost")):
+                if getattr(limits, budget) is not None and budget not in self.unmeasured:
+                    said.append(
+                        f"{budget} cannot be measured: the reply of {named} to {where} "
+                        f"reported no usage, so its {what} count 0 {never}"
+                    )
+                    self.unmeasured[budget] = said[-1]
+        else:
+            said.append(
+                f"max_cost cannot be measured: {named} has no price and its reply to {where} "
+                f"reported no cost, so its cost counts 0 {never}; give the model a Pricing "
+                "(polyloop run: --price-in/--price-out), or install the price table, which "
+                "may know it (pip install 'polyloop[prices]')"
+            )
+            self.unmeasured["max_cost"] = said[-1]
+        return "; ".join(said) or None
+
+    def end_detail(self, detail: str | None) -> str | None:
+        """The end record's ``stop_detail``: ``detail`` (the stop reason's own, if any), then
+        why each budget still in force could not be measured, ``"; "`` between them."""
+        if not self.unmeasured:
+            return detail
+        limits = self.limits
+        notes = [w for budget, w in self.unmeasured.items() if getattr(limits, budget) is not None]
+        return "; ".join(p for p in (detail, *notes) if p) or None
 
     def totals(self, active_s: float) -> RunTotals:
         """The run's totals, with ``active_s`` seconds of activity."""
@@ -204,7 +253,7 @@ def replay(
                 cur.replaced += rec.replaced_chars
                 if isinstance(rec, ModelResult):
                     cur.result = rec
-                    st.count_result(rec)
+                    st.count_result(rec, cur.model)
                 elif isinstance(rec, ModelFailure):
                     cur.failure = rec
                 elif rec.fallback:

@@ -83,6 +83,7 @@ def _end_record(state: Replayed, clock: Clock, request: EndRequest) -> RunEnd:
     reason, detail, pending = requested_ending(request, state.interrupted)
     steps, actions = len(state.steps), state.actions_executed
     totals = state.totals(state.active_s)
+    detail = state.end_detail(detail)
     return RunEnd(reason, detail, None, steps, actions, clock.time(), pending, None, totals)
 
 

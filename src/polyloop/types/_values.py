@@ -571,17 +571,16 @@ class Limits:
     as known too, each until an edit is seen to affect it (see :mod:`polyloop.kernel.ledger`)."""
     max_tokens: int | None = None
     """Input plus output tokens over every model-call attempt of the run, as the providers
-    reported them (``token_budget``). An attempt whose provider reported no usage, or a usage
-    that cannot be believed (a negative, non-int or absurd count, a cost that is NaN, infinite
-    or negative: see :class:`Usage`), counts 0 (the run's ``usage_missing`` counts such
-    attempts). So a report can never lower the total or switch the budget off: the worst a
-    provider can do is report nothing, and then only ``max_steps`` (always set) and the other
-    budgets bound the run; check ``usage_missing`` when a budget must hold exactly."""
+    reported them (``token_budget``). An attempt with no usage, or a usage that cannot be
+    believed (see :class:`Usage`), counts 0 (``usage_missing``): a report can never lower the
+    total, and then only ``max_steps`` and the other budgets bound the run. The first attempt
+    a budget cannot count is warned about once (``polyloop`` logger), and the run's
+    ``stop_detail`` ends with ``"max_tokens cannot be measured: ..."`` (after its own detail)."""
     max_cost: float | None = None
-    """US dollars over every model-call attempt, from each model's ``Pricing`` or the cost the
-    provider reported (``cost_budget``). An attempt with no price, or a usage that is refused
-    (as for ``max_tokens``), counts 0 (``usage_missing``): a report never lowers the total. A
-    finite number > 0, or None."""
+    """US dollars over every attempt: the provider's reported cost, else the tokens at the
+    model's ``Pricing``, else at its price in :mod:`polyloop.models.prices` (``cost_budget``).
+    An attempt with no price, or a refused usage, counts 0 (``usage_missing``), warned about as
+    for ``max_tokens`` (``"max_cost cannot be measured: ..."``). A finite number > 0, or None."""
     max_seconds: float | None = None
     """Seconds the run was active: wall time while a process drove it, summed over its
     executions and resumes (``time_budget``). Parked or detached time does not count; of a
