@@ -117,6 +117,7 @@ class Progress:
             f"deny: polyloop deny {exc.run_id} {exc.op_id} --reason TEXT{where}   "
             f"then: polyloop resume {exc.run_id}{where}"
         )
+        self.line(f"  pending: polyloop pending{where}")
 
     def detached(self, run_id: str, journal: Path | None) -> None:
         where = f" --journal {journal}" if journal else ""
@@ -224,8 +225,11 @@ def show_json(
     steps: list[StepRecord],
     report: EscalationReport | None = None,
     test_edits: Sequence[TestEdit] = (),
+    open_action: dict[str, Any] | None = None,
 ) -> None:
     out: dict[str, Any] = {"run": run, "steps": [s.to_dict() for s in steps]}
+    if open_action is not None:
+        out["open_action"] = open_action
     if report is not None:
         out["report"] = report.to_dict()
     if test_edits:
