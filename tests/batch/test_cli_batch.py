@@ -90,7 +90,7 @@ def test_recover_finishes_the_runs_of_a_killed_batch(
         live.proc.wait()
     dry = cli("recover", "--journal", "j.db", "--older-than", "0", "--dry-run")
     assert dry.code == 0, dry
-    assert "found 2 runs not ended (1 unowned, 1 leased)" in dry.out, dry
+    assert "found 2 runs not ended (1 stale, 1 detached)" in dry.out, dry  # as `runs` says
     fake.script(completion("answer 1"), completion("answer 2"))
     done = cli("recover", "--journal", "j.db", "--older-than", "0")
     assert done.code == 0, done

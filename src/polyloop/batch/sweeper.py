@@ -34,6 +34,10 @@ class StalledRun:
     ``unowned`` (nobody holds it: never dispatched, detached, or released after an error, and
     created at least ``older_than_s`` ago); ``leased`` (a lease that has not expired: taken
     over only if the journal proves its owner dead, else left alone).
+
+    ``state``: the run's state in the words of ``list_runs()`` and ``polyloop runs``
+    (``detached`` for ``unowned``, ``stale`` for ``lease_expired`` and for ``leased`` whose
+    owner is provably dead, else ``running``).
     """
 
     run_id: str
@@ -42,6 +46,7 @@ class StalledRun:
     created_at: float
     steps_used: int
     metadata: Mapping[str, Any] | None
+    state: str = ""
 
 
 async def find_stalled(
@@ -90,6 +95,7 @@ async def find_stalled(
                 float(row["created_at"]),
                 int(row.get("steps_used") or 0),
                 row.get("metadata"),
+                str(row.get("state") or ""),
             )
         )
     return out

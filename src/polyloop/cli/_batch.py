@@ -116,6 +116,13 @@ def _loop_config(loop: str, options: RunOptions) -> dict[str, Any]:
     return {"loop": loop, "limits": options.limits()}
 
 
+def _dry_run_state(s: Any) -> str:
+    """A found run's state in the words of ``polyloop runs``, and what ``recover`` does."""
+    if s.state == "running":
+        return "running (held by a live execution: left alone)"
+    return f"{s.state} (would be resumed)"
+
+
 def _built_loop(loop: Any, journal: Any) -> Any:
     """A Loop factory handing out a Loop already built on that journal."""
     return loop
@@ -339,6 +346,15 @@ def batch(
 
     result = _drive_batch(go, progress)
     _print_batch_result(result)
+    parked = [o for o in result.not_ended if (o.detail or "").startswith("awaiting approval")]
+    if parked:
+        where = f" --journal {spec}"
+        print(
+            f"{len(parked)} runs await a person's decision: polyloop pending{where} lists them; "
+            f"polyloop approve RUN_ID OP_ID{where} or polyloop deny RUN_ID OP_ID --reason "
+            f"TEXT{where} decides, and prints the command that continues the run",
+            flush=True,
+        )
     raise typer.Exit(0 if result.complete else EXIT_NOT_ALL_ENDED)
 
 
@@ -365,7 +381,12 @@ def recover(
     base_url: Annotated[str | None, typer.Option("--base-url")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency")] = 8,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Only list the runs that would be resumed.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Only list the runs found, each with its state as polyloop runs says it "
+            "(stale, detached: would be resumed; running: a live lease, left alone).",
+        ),
     ] = False,
 ) -> None:
     """Resume the runs that stopped advancing without ending: their driver or node died
@@ -469,9 +490,9 @@ def recover(
 
     stalled, skipped, result = _drive_batch(go, progress)
     kinds = ", ".join(
-        f"{n} {why}"
-        for why in ("lease_expired", "unowned", "leased")
-        if (n := sum(s.why == why for s in stalled))
+        f"{n} {state}"
+        for state in ("stale", "detached", "running")
+        if (n := sum(s.state == state for s in stalled))
     )
     print(f"found {len(stalled)} runs not ended" + (f" ({kinds})" if kinds else ""), flush=True)
     if parked:
@@ -481,7 +502,7 @@ def recover(
         )
     if dry_run:
         for s in stalled:
-            print(f"  {s.run_id}  {s.why}  {s.steps_used} steps", flush=True)
+            print(f"  {s.run_id}  {_dry_run_state(s)}  {s.steps_used} steps", flush=True)
         raise typer.Exit(0)
     for s in skipped:
         print(

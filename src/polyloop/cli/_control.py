@@ -10,6 +10,7 @@ import typer
 
 from polyloop import Loop
 
+from ._approval import continue_hint
 from ._common import ByOpt, RequestJournalOpt, T, call, fail, journal_spec, when
 from ._errors import valid_text
 from ._setup import BadInput
@@ -121,14 +122,18 @@ def _decide(
     async def act(loop: Loop) -> Any:
         try:
             if approved:
-                return await loop.approve(run_id, op_id, note=note, by=by)
-            assert note is not None
-            return await loop.deny(run_id, op_id, reason=note, by=by)
+                decision = await loop.approve(run_id, op_id, note=note, by=by)
+            else:
+                assert note is not None
+                decision = await loop.deny(run_id, op_id, reason=note, by=by)
         except AlreadyDecided as exc:
             raise BadInput(str(exc)) from None
+        spec, _ = await loop.journal.read(run_id)
+        return decision, spec.metadata
 
-    decision = _on_journal(journal, run_id, act)
-    print(f"run {run_id}: {decision.describe()}; continue it: polyloop resume {run_id}", flush=True)
+    decision, metadata = _on_journal(journal, run_id, act)
+    hint = continue_hint(run_id, metadata, journal_spec(journal, must_exist=True))
+    print(f"run {run_id}: {decision.describe()}; {hint}", flush=True)
     raise typer.Exit(0)
 
 
@@ -165,9 +170,11 @@ def approve(
     journal: RequestJournalOpt = None,
     by: ByOpt = None,
 ) -> None:
-    """Approve the action a parked run awaits (`polyloop pending` lists them); then
-    `polyloop resume RUN_ID` executes it. Exactly one decision per action: exit code 1 and one
-    line naming who decided, when someone decided first.
+    """Approve the action a parked run awaits (`polyloop pending` lists them); then the
+    command it prints continues the run and executes the action: `polyloop resume RUN_ID` for
+    a run of `polyloop run`, `polyloop recover` for one of `batch --loop` (or that batch again),
+    `Loop.resume` for one started from Python. Exactly one decision per action: exit code 1 and
+    one line naming who decided, when someone decided first.
 
     Example: polyloop approve 3f2a… 9b1c… --by alice --journal polyloop.db
     """
@@ -183,8 +190,9 @@ def deny(
     journal: RequestJournalOpt = None,
     by: ByOpt = None,
 ) -> None:
-    """Deny the action a parked run awaits: `polyloop resume RUN_ID` records it not executed,
-    the model seeing the reason, and the run goes on. Exit code 1 when someone decided first.
+    """Deny the action a parked run awaits: the command it prints continues the run (as for
+    approve), which records the action not executed, the model seeing the reason, and goes on.
+    Exit code 1 when someone decided first.
 
     Example: polyloop deny 3f2a… 9b1c… --reason "not to customers" --journal polyloop.db
     """

@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from ._approval import shell_policy_config
 from ._setup import BadInput, FailureGuardArgs, finite, mcp_config, pricing_config, run_config
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -235,6 +236,64 @@ ReadOnlyOpt = Annotated[
     ),
 ]
 
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        metavar="PATTERN",
+        help="A shell command matching this regular expression (searched anywhere in the "
+        "line; anchor with ^ and $) runs. Repeatable. When rules of --allow, --ask and "
+        "--forbid match one command, the strictest wins. Stored with the run.",
+    ),
+]
+AskOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ask",
+        metavar="PATTERN",
+        help="A shell command matching PATTERN waits for a person: the run parks (exit 5) "
+        "and prints the polyloop pending/approve/deny commands; polyloop resume then runs or "
+        "refuses it. Repeatable.",
+    ),
+]
+ForbidOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--forbid",
+        metavar="PATTERN",
+        help="A shell command matching PATTERN is refused (the model is told why). Repeatable.",
+    ),
+]
+ShellDefaultOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--shell-default",
+        metavar="allow|ask|forbid",
+        help="What a shell command no rule matches does (default: the --policy file's, else "
+        "allow; ask or forbid with --allow rules makes an allow-list).",
+    ),
+]
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy",
+        metavar="FILE",
+        help='Shell rules in a TOML file: default = "allow"|"ask"|"forbid" and [[rule]] '
+        'tables of pattern, decision ("allow", "ask", "forbid") and an optional reason; '
+        "joined by the rule flags' rules. Read once: its rules are stored with the run.",
+    ),
+]
+AskMcpOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ask-mcp",
+        metavar="NAME|destructive",
+        help="An MCP tool (its server's name for it) whose calls wait for a person, as --ask; "
+        "destructive: every tool whose annotations do not say readOnlyHint. Repeatable; "
+        "stored with the run (resume applies it to the tools the servers list again).",
+    ),
+]
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -268,6 +327,12 @@ class RunOptions:
     metadata: list[str] | None
     writable_paths: list[str] | None
     read_only: bool
+    allow: list[str] | None
+    ask: list[str] | None
+    forbid: list[str] | None
+    shell_default: str | None
+    policy: Path | None
+    ask_mcp: list[str] | None
 
     def user_metadata(self) -> dict[str, str]:
         """``--metadata KEY=VALUE`` as a dict (a later KEY wins). Raises ``BadInput`` for an
@@ -315,6 +380,17 @@ class RunOptions:
                 headers=self.mcp_header or [],
                 include=self.mcp_include or [],
                 exclude=self.mcp_exclude or [],
+                ask=self.ask_mcp or [],
+            )
+        )
+        config.update(
+            shell_policy_config(
+                allow=self.allow or [],
+                ask=self.ask or [],
+                forbid=self.forbid or [],
+                default=self.shell_default,
+                policy_file=self.policy,
+                shell="shell" in config["tools"],
             )
         )
         return config
@@ -404,6 +480,12 @@ def _flags(
     metadata: MetadataOpt = None,
     writable_paths: WritablePathsOpt = None,
     read_only: ReadOnlyOpt = False,
+    allow: AllowOpt = None,
+    ask: AskOpt = None,
+    forbid: ForbidOpt = None,
+    shell_default: ShellDefaultOpt = None,
+    policy: PolicyOpt = None,
+    ask_mcp: AskMcpOpt = None,
 ) -> None:
     """The run options' flags, in the order ``--help`` lists them (the fields of
     :class:`RunOptions`)."""

@@ -9,12 +9,13 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from polyloop import EscalationReport, PolyLoopError, StopReason
+from polyloop import PolyLoopError, StopReason
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
 from ._common import JournalOpt, call, fail
 from ._errors import valid_text
+from ._open_action import open_action, open_action_lines
 from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, open_journal
 
 _STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
@@ -57,24 +58,27 @@ def show(
     Example: polyloop show 3f2a… --json
     """
 
-    async def go() -> tuple[
-        dict[str, Any], list[Any], EscalationReport | None, list[TestEdit], dict[int, Any]
-    ]:
+    async def go() -> tuple[dict[str, Any], list[Any], list[Any], dict[int, Any]]:
         async with open_journal(journal, read_only=True) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.path}")
             _, records = await j.journal.read(run_id)
-            end = records[-1] if records and isinstance(records[-1], RunEnd) else None
-            edits = [r for r in records if isinstance(r, TestEdit)]
             steps, usage = await j.journal.steps(run_id), await j.journal.step_usage(run_id)
-            return rows[0], steps, end.report if end else None, edits, usage
+            return rows[0], steps, list(records), usage
 
-    run_row, steps, report, edits, usage = call(go)
+    run_row, steps, records, usage = call(go)
+    end = records[-1] if records and isinstance(records[-1], RunEnd) else None
+    report = end.report if end else None
+    edits = [r for r in records if isinstance(r, TestEdit)]
+    action = open_action(records)
     if as_json:
-        _render.show_json(run_row, steps, report, edits, usage)
+        _render.show_json(run_row, steps, report, edits, usage, action)
     else:
         _render.show_table(run_row, steps, usage)
+        where = f" --journal {journal}" if journal else ""
+        for line in open_action_lines(action, run_id, where):
+            print(line)
         for line in _render.test_edit_lines(edits, run_row["stop_reason"]):
             print(line)
         if report is not None:

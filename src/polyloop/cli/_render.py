@@ -154,6 +154,7 @@ class Progress:
             f"deny: polyloop deny {exc.run_id} {exc.op_id} --reason TEXT{where}   "
             f"then: polyloop resume {exc.run_id}{where}"
         )
+        self.line(f"  pending: polyloop pending{where}")
 
     def detached(self, run_id: str, journal: Path | None) -> None:
         self.close()
@@ -345,12 +346,15 @@ def show_json(
     report: EscalationReport | None = None,
     test_edits: Sequence[TestEdit] = (),
     usage: dict[int, dict[str, Any]] | None = None,
+    open_action: dict[str, Any] | None = None,
 ) -> None:
     """``run`` (the ``list_runs`` row, its usage fields included), ``steps`` (the step
     records as they are), ``usage`` (a row per step with a model call: ``step_idx`` and
     its usage fields), then the report and test edits when there are any."""
     out: dict[str, Any] = {"run": run, "steps": [s.to_dict() for s in steps]}
     out["usage"] = [{"step_idx": i, **u} for i, u in sorted((usage or {}).items())]
+    if open_action is not None:
+        out["open_action"] = open_action
     if report is not None:
         out["report"] = report.to_dict()
     if test_edits:

@@ -98,6 +98,11 @@ def run(
     the journal, in JOURNAL.mcp-files; an answer longer than 20,000 characters is cut (its
     first and last halves kept).
 
+    --ask, --forbid and --allow (or --policy FILE) are rules for the shell tool's commands,
+    --ask-mcp makes MCP tools ask first: a run whose next action needs a person parks, prints
+    the polyloop pending/approve/deny commands and exits 5; after the decision, polyloop
+    resume executes or refuses the action and goes on, under the rules stored with the run.
+
     The failure guard is on: a failing test run whose first failure has come back
     --same-failure-limit times (2 by default) ends the run repeated_failure (exit 5) with an
     escalation report (polyloop show). Failures known before the run never count, nor does a

@@ -19,6 +19,8 @@ from polyloop import ConfigError, Limits, Loop, Pricing, RunNotFound, ToolRegist
 from polyloop.journal import SQLiteJournal
 from polyloop.types import check_number
 
+from ._approval import command_policy, mcp_ask_names
+from ._badinput import BadInput as BadInput  # re-exported: where the commands import it
 from ._check import refuse_damaged
 
 DEFAULT_JOURNAL = "polyloop.db"
@@ -28,10 +30,6 @@ _PROVIDERS = (
     "openai:MODEL (any OpenAI-compatible server via --base-url), openai-responses:MODEL, "
     "anthropic:MODEL or gemini:MODEL"
 )
-
-
-class BadInput(Exception):
-    """Input the command cannot act on; its message is the one line the user sees."""
 
 
 def finite(text: str) -> float:
@@ -193,16 +191,19 @@ def mcp_config(
     headers: Sequence[str],
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    ask: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Check ``--mcp``, ``--mcp-prefix``, ``--mcp-header``, ``--mcp-include`` and
-    ``--mcp-exclude`` (each ``NAME,...``, repeatable); the result joins the run's stored config
+    """Check ``--mcp``, ``--mcp-prefix``, ``--mcp-header``, ``--mcp-include``,
+    ``--mcp-exclude`` (each ``NAME,...``, repeatable) and ``--ask-mcp`` (``NAME`` or
+    ``destructive``, repeatable); the result joins the run's stored config
     (so ``resume`` reconnects and registers the same tools), and is empty without ``--mcp``.
     Header values are stored as given: write secrets as ``${VAR}``, expanded from the
     environment at connect."""
     if not specs:
-        if prefix or headers or include or exclude:
+        if prefix or headers or include or exclude or ask:
             raise BadInput(
-                "--mcp-prefix, --mcp-header, --mcp-include and --mcp-exclude go with --mcp"
+                "--mcp-prefix, --mcp-header, --mcp-include, --mcp-exclude and --ask-mcp go "
+                "with --mcp"
             )
         return {}
     for spec in specs:
@@ -230,6 +231,11 @@ def mcp_config(
             raise BadInput(f"--mcp-{option} takes tool names, NAME,..., got {given[0]!r}")
         if names:
             config[f"mcp_{option}"] = list(dict.fromkeys(names))
+    asked = [a.strip() for a in ask]
+    if any(not a for a in asked):
+        raise BadInput("--ask-mcp takes a tool's name or destructive, got ''")
+    if asked:
+        config["mcp_ask"] = list(dict.fromkeys(asked))
     return config
 
 
@@ -286,32 +292,43 @@ async def add_mcp_tools(
     all but those ``--mcp-exclude`` names (the servers' own names, before ``--mcp-prefix``; a
     name applies to every server offering it). A tool whose name model APIs refuse is left
     out with one line on stderr saying which and why (the user cannot pass the library's
-    ``include=``). Raises ``BadInput`` for a name clash, and, for a ``new_run``, for an
-    include or exclude name no server offers (a resume goes on without a tool that vanished);
+    ``include=``). The tools ``--ask-mcp`` picks (:func:`._approval.mcp_ask_names`) wait for
+    a person. Raises ``BadInput`` for a name clash, and, for a ``new_run``, for an include,
+    exclude or ``--ask-mcp`` name no server offers (a resume goes on without a tool that
+    vanished);
     the library's ``MCPServerError`` for a server that cannot be started or reached."""
     include = config.get("mcp_include")
     exclude = config.get("mcp_exclude") or []
+    asked = config.get("mcp_ask") or []
     listed = []
     for spec in config.get("mcp") or ():
         server = mcp_server(spec, config, cwd=workspace)
         await servers.enter_async_context(server)
-        listed.append((spec, server, [t.name for t in await server.list_tools()]))
-    offered = {name for _, _, names in listed for name in names}
-    unknown = [n for n in include or exclude if n not in offered]
-    if unknown and new_run:
-        option = "--mcp-include" if include else "--mcp-exclude"
-        raise BadInput(
-            f"{option} names {unknown}, which no --mcp server offers (they offer {sorted(offered)})"
-        )
-    for spec, server, names in listed:
+        listed.append((spec, server, await server.list_tools()))
+    offered = {t.name for _, _, tools_of in listed for t in tools_of}
+    for option, given in (
+        ("--mcp-include" if include else "--mcp-exclude", include or exclude),
+        ("--ask-mcp", [n for n in asked if n != "destructive"]),
+    ):
+        unknown = [n for n in given if n not in offered]
+        if unknown and new_run:
+            raise BadInput(
+                f"{option} names {unknown}, which no --mcp server offers (they offer "
+                f"{sorted(offered)})"
+            )
+    for spec, server, tools_of in listed:
         prefix = mcp_prefix(server) if config.get("mcp_prefix") else ""
+        names = [t.name for t in tools_of]
         chosen = [n for n in names if (include is None or n in include) and n not in exclude]
+        ask = [n for n in mcp_ask_names(asked, tools_of) if n in chosen]
 
         def skipped(name: str, why: str, spec: str = spec) -> None:
             print(f"polyloop: --mcp {spec!r}: skipped the tool {name!r}: {why}", file=sys.stderr)
 
         try:
-            await server.register(tools, prefix=prefix, include=chosen, on_skipped=skipped)
+            await server.register(
+                tools, prefix=prefix, include=chosen, on_skipped=skipped, approval=ask
+            )
         except ConfigError as exc:
             hint = "" if prefix else " (pass --mcp-prefix to name them SERVER_TOOL)"
             raise BadInput(f"--mcp {spec!r}: {exc}{hint}") from None
@@ -374,9 +391,11 @@ def loop_parts(config: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def workspace_tools_of(config: dict[str, Any]) -> ToolRegistry:
-    """The workspace tools of a run's stored ``config`` (a new run, ``resume``, ``batch``
-    and ``recover`` build the same ones): its tool sets and its ``writable_paths``. Raises
-    ``BadInput`` for a ``writable_paths`` entry the workspace refuses."""
+    """The workspace tools of a run's stored ``config``, what every execution of the run
+    builds (a new run, ``resume``, ``batch`` and ``recover``): its tool sets, its
+    ``writable_paths`` and its shell rules (``shell_policy``), so a resume applies the rules
+    it started with. Raises ``BadInput`` for a ``writable_paths`` entry the workspace
+    refuses."""
     from polyloop.tools.builtin import workspace_tools
 
     try:
@@ -384,6 +403,7 @@ def workspace_tools_of(config: dict[str, Any]) -> ToolRegistry:
             config["workspace"],
             shell="shell" in config["tools"],
             writable_paths=config.get("writable_paths"),
+            command_policy=command_policy(config.get("shell_policy")),
         )
     except ConfigError as exc:
         raise BadInput(

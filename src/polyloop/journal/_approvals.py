@@ -28,17 +28,27 @@ def answer(
     written (then with the ``step_idx`` of its request: see :func:`to_write`). ``records``: the
     run's approval records in ``seq`` order. Raises ``NotAwaitingApproval``."""
     last: ApprovalRequested | None = None
+    last_decided: ApprovalDecided | None = None
     for r in records:
-        if isinstance(r, ApprovalDecided) and r.op_id == decision.op_id:
-            return r
+        if isinstance(r, ApprovalDecided):
+            if r.op_id == decision.op_id:
+                return r
+            if last is not None and r.op_id == last.op_id:
+                last_decided = r
         if isinstance(r, ApprovalRequested):
-            last = r
+            last, last_decided = r, None
     if last is not None and last.op_id == decision.op_id and not ended:
         return None
     if ended:
         why = "the run has ended"
-    elif last is not None:
+    elif last is not None and last_decided is None:
         why = f"it awaits approval of op_id {last.op_id} (step {last.step_idx})"
+    elif last is not None and last_decided is not None:
+        verdict = "approved" if last_decided.approved else "denied"
+        why = (
+            f"it awaits no approval: op_id {last.op_id} (step {last.step_idx}) was already "
+            f"{verdict}, and the run waits to be resumed"
+        )
     else:
         why = "it awaits no approval"
     raise NotAwaitingApproval(

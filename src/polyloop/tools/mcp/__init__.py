@@ -23,6 +23,8 @@ taken from the servers' own annotations (extra ``polyloop[mcp]``, on the officia
   gives ``idempotent``; anything else, no annotations included, ``never``
   (:func:`replay_from_annotations`); ``register(replay={"name": "never"})`` overrides it.
   The policy recorded in an action's intent is the one in force when it was written.
+* **Approval**: ``register(approval=[...])`` makes the named tools wait for a person's decision
+  (the run parks); :func:`approval_from_annotations` is True for a tool not marked read-only.
 * **The op_id** reaches the server in ``params._meta["polyloop/op_id"]``
   (:data:`OP_ID_META_KEY`), the same on a replay after a crash.
 * **Results**: text blocks are the observation; structured content is kept as canonical
@@ -51,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ._ops import OP_ID_META_KEY
 from ._server import MCPServer, MCPServerError
 from ._texts import DEFAULT_MCP_TEXTS, MCPTexts
-from ._tools import MCPTool, replay_from_annotations
+from ._tools import MCPTool, approval_from_annotations, replay_from_annotations
 
 __all__ = [
     "DEFAULT_MCP_TEXTS",
@@ -60,5 +62,6 @@ __all__ = [
     "MCPServerError",
     "MCPTexts",
     "MCPTool",
+    "approval_from_annotations",
     "replay_from_annotations",
 ]

@@ -9,7 +9,7 @@ import os
 import re
 import shlex
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +26,6 @@ from polyloop.types import (
     ActionStatus,
     ConfigError,
     EnvironmentFailure,
-    Failure,
     Outcome,
     PolyLoopError,
     ReplayPolicy,
@@ -39,6 +38,7 @@ from .._output import DEFAULT_MAX_OUTPUT_CHARS, check_max_output_chars
 from .._threads import in_thread
 from ..registry import ReconcileHook, Tool, ToolRegistry
 from ._answers import refused
+from ._failures import Unreachable, failed, find, reason
 from ._lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from ._ops import Tracking, op_of_message, request_meta
 from ._results import result_outcome, write_stored
@@ -279,7 +279,7 @@ class MCPServer:
                     if not cursor:
                         break
         except (MCPError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
-            raise MCPServerError(f"{self!r}: listing its tools failed: {_reason(e)}") from None
+            raise MCPServerError(f"{self!r}: listing its tools failed: {reason(e)}") from None
         return tuple(listed_tool(t) for t in tools)
 
     async def register(
@@ -292,14 +292,18 @@ class MCPServer:
         reconcile: Mapping[str, ReconcileHook] | None = None,
         completion_markers: Sequence[str] = (),
         on_skipped: Callable[[str, str], object] | None = None,
+        approval: Collection[str] = (),
     ) -> tuple[Tool, ...]:
         """List the server's tools and register them on ``registry`` (connecting first if
         needed), beside whatever is registered there. Each is named ``prefix + its name``,
         with the server's JSON schema as given (arguments are validated against it before any
         call), and the replay policy :func:`replay_from_annotations` derives, unless
         ``replay`` names it (``{"git_reset": "never"}``), or ``reconcile`` gives it a hook.
-        Keys of ``include``, ``replay``, ``reconcile`` and ``completion_markers`` are the
-        server's names (without the prefix).
+        Every call of a tool ``approval`` names waits for a person's decision (the run parks,
+        as for a Python tool declared with ``approval=True``; :func:`approval_from_annotations`
+        picks the tools whose annotations do not say read-only). Keys of ``include``,
+        ``replay``, ``reconcile``, ``completion_markers`` and ``approval`` are the server's
+        names (without the prefix).
 
         A tool whose name (with the prefix) is not ``^[a-zA-Z0-9_-]{1,64}$``, which model APIs
         refuse, cannot be registered: by default that is an error; with ``on_skipped``, each
@@ -328,6 +332,7 @@ class MCPServer:
             reconcile=reconcile,
             completion_markers=completion_markers,
             on_skipped=on_skipped,
+            approval=approval,
         )
         registry.add_wording_version(self.texts.version)
         return registered
@@ -363,7 +368,7 @@ class MCPServer:
         except MCPError as exc:
             return self._error_outcome(name, exc, op_id in self._sent, timeout)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            return self._lost(name, _reason(exc), sent=op_id in self._sent)
+            return self._lost(name, reason(exc), sent=op_id in self._sent)
         except (RuntimeError, pydantic.ValidationError) as exc:  # the SDK refused the result
             return self._error_outcome(name, refused(exc), op_id in self._sent, None)
         finally:
@@ -383,7 +388,7 @@ class MCPServer:
         if code == mcp_types.REQUEST_TIMEOUT:
             timeout = limit or 0.0
             text = self.texts.timed_out.format(tool=name, server=self.spec, timeout_s=timeout)
-            return _failed(text, "MCPTimeout", text)
+            return failed(text, "MCPTimeout", text)
         if code == mcp_types.CONNECTION_CLOSED:
             self._mark_broken()
             return self._lost(name, self._gone_reason(), sent=sent)
@@ -392,14 +397,14 @@ class MCPServer:
             text = self.texts.refused.format(tool=name, server=self.spec, message=message)
             return Outcome(ActionStatus.not_executed, text, synthetic=True)
         text = self.texts.failed.format(tool=name, server=self.spec, message=message)
-        return _failed(text, "MCPError", message)
+        return failed(text, "MCPError", message)
 
     def _lost(self, name: str, reason: str, *, sent: bool) -> Outcome:
         if not sent:
             text = self.texts.not_sent.format(tool=name, server=self.spec, reason=reason)
             return Outcome(ActionStatus.not_executed, text, synthetic=True)
         text = self.texts.lost.format(tool=name, server=self.spec, reason=reason)
-        return _failed(text, "MCPConnectionLost", reason)
+        return failed(text, "MCPConnectionLost", reason)
 
     def _gone_reason(self) -> str:
         conn = self._conn
@@ -438,7 +443,7 @@ class MCPServer:
                 try:
                     await self._reconnect()
                 except MCPServerError as exc:
-                    if self.kind == "http" and isinstance(exc.__cause__, _Unreachable):
+                    if self.kind == "http" and isinstance(exc.__cause__, Unreachable):
                         raise _NotSent(str(exc.__cause__)) from None
                     raise EnvironmentFailure(str(exc)) from None
             assert self._conn is not None and self._conn.session is not None
@@ -460,7 +465,7 @@ class MCPServer:
 
     def _start_failure(self, conn: _Connection, exc: BaseException) -> str:
         verb = "start" if self.kind == "stdio" else "connect to"
-        why = _reason(exc)
+        why = reason(exc)
         if conn.process is not None:
             why += f"; its last words: {conn.process.last_words()}"
         return f"cannot {verb} the MCP server {self.spec}: {why}"
@@ -508,13 +513,13 @@ class MCPServer:
                 await conn.closing.wait()
         except BaseException as exc:
             if not ready.done():
-                connect = _find(exc, (httpx2.ConnectError, httpx2.ConnectTimeout))
+                connect = find(exc, (httpx2.ConnectError, httpx2.ConnectTimeout))
                 if connect is not None:
-                    ready.set_exception(_Unreachable(_reason(connect)))
+                    ready.set_exception(Unreachable(reason(connect)))
                 elif isinstance(exc, Exception):
                     ready.set_exception(exc)
                 else:
-                    ready.set_exception(RuntimeError(_reason(exc)))
+                    ready.set_exception(RuntimeError(reason(exc)))
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -531,22 +536,6 @@ class MCPServer:
                 self._sent.discard(op)
 
 
-class _Unreachable(Exception):
-    """The HTTP server could not be connected to (nothing was sent)."""
-
-
-def _find(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
-    """``exc`` or the first exception of ``kinds`` inside it (exception groups included)."""
-    if isinstance(exc, kinds):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _find(inner, kinds)
-            if found is not None:
-                return found
-    return None
-
-
 async def _finish(conn: _Connection) -> None:
     conn.closing.set()
     task = conn.task
@@ -560,28 +549,6 @@ async def _finish(conn: _Connection) -> None:
             await task
     elif not task.cancelled():
         task.exception()  # retrieved: its failure was reported through `ready`
-
-
-def _failed(text: str, error_type: str, message: str) -> Outcome:
-    return Outcome(
-        ActionStatus.executed,
-        text,
-        synthetic=True,
-        failure=Failure(error_type=error_type, message=message[:300]),
-    )
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, MCPError):
-        return exc.error.message
-    if isinstance(exc, _Unreachable):
-        return str(exc)
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_reason(e) for e in exc.exceptions)
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _expand(headers: Mapping[str, str]) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,13 @@ def replay_from_annotations(annotations: Mapping[str, Any] | None) -> ReplayPoli
     return ReplayPolicy.never
 
 
+def approval_from_annotations(annotations: Mapping[str, Any] | None) -> bool:
+    """Whether a tool's calls should wait for a person's approval by its annotations: True
+    unless the server says the tool is read-only (``readOnlyHint: true``), including when it
+    says nothing (``polyloop run --ask-mcp destructive``). A hint, as for the replay policy."""
+    return (annotations or {}).get("readOnlyHint") is not True
+
+
 def listed_tool(t: mcp_types.Tool) -> MCPTool:
     """The ``MCPTool`` of one tool of a ``tools/list`` answer."""
     hints = t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {}
@@ -77,9 +84,12 @@ def register_listed(
     reconcile: Mapping[str, ReconcileHook] | None,
     completion_markers: Sequence[str],
     on_skipped: Callable[[str, str], object] | None,
+    approval: Collection[str] = (),
 ) -> tuple[Tool, ...]:
     """Register the ``offered`` tools on ``registry`` as ``MCPServer.register`` says (all or
     nothing); ``server`` names the server in errors, ``origin`` is each tool's origin."""
+    if isinstance(approval, str):
+        raise ConfigError(f"{server}: approval takes tool names, [{approval!r}], not a string")
     names = list(offered) if include is None else list(include)
     overrides = dict(replay or {})
     hooks = dict(reconcile or {})
@@ -88,6 +98,7 @@ def register_listed(
         ("replay", overrides),
         ("reconcile", hooks),
         ("completion_markers", completion_markers),
+        ("approval", approval),
     ):
         unknown = sorted(set(keys) - set(offered))
         if unknown:
@@ -129,6 +140,7 @@ def register_listed(
                 reconcile=hooks.get(n),
                 completion_marker=n in completion_markers,
                 origin=origin,
+                approval=n in approval,
             )
         )
     return tuple(registered)
