@@ -36,3 +36,6 @@ def test_max_seconds_ends_a_run_whose_model_never_answers_time_budget(
     assert re.search(r"no answer within [0-9.]+ s: what was left of the time budget", error)
     seconds = float(re.search(r"within ([0-9.]+) s", error).group(1))  # type: ignore[union-attr]
     assert 5 < seconds <= 8  # 3 s left (less the run's start) + 5 s grace
+    # The bound the README states: max_seconds + G + U (U: journal writes, the end record).
+    [(active,)] = sql(cli.cwd / "j.db", "SELECT active_seconds FROM runs")
+    assert active is not None and 3 <= active <= 3 + 5 + 2, active

@@ -120,14 +120,14 @@ def command_policy(config: Mapping[str, Any] | None) -> Any:
         return None
     from polyloop.tools.builtin import CommandPolicy, Rule
 
-    try:
-        rules = [
-            Rule(r["pattern"], _LIBRARY[r["decision"]], r.get("reason"))  # type: ignore[arg-type]
-            for r in config["rules"]
-        ]
-        return CommandPolicy(rules, default=_LIBRARY[config["default"]])  # type: ignore[arg-type]
-    except ConfigError as exc:
-        raise BadInput(f"shell rule: {exc}") from None
+    rules = []
+    for r in config["rules"]:
+        try:
+            rules.append(Rule(r["pattern"], _LIBRARY[r["decision"]], r.get("reason")))  # type: ignore[arg-type]
+        except ConfigError as exc:
+            why = str(exc).partition("): ")[2] or str(exc)
+            raise BadInput(f"--{r['decision']} {r['pattern']!r} (or --policy): {why}") from None
+    return CommandPolicy(rules, default=_LIBRARY[config["default"]])  # type: ignore[arg-type]
 
 
 def mcp_ask_names(asked: Sequence[str], listed: Iterable[Any]) -> list[str]:

@@ -110,7 +110,7 @@ def _loop_config(loop: str, options: RunOptions) -> dict[str, Any]:
     if other:
         raise BadInput(
             f"{', '.join(other)}: not with --loop (the factory's Loop has its own model and "
-            "tools; only the budgets and the failure guard's options apply)"
+            "tools; only the budgets, the failure guard's options and --metadata apply)"
         )
     resolve_factory(loop)
     return {"loop": loop, "limits": options.limits()}
@@ -378,8 +378,10 @@ def recover(
     tools: Annotated[str, typer.Option("--tools", help="With --model: files, shell.")] = (
         "files,shell"
     ),
-    base_url: Annotated[str | None, typer.Option("--base-url")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency")] = 8,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="With --model: the provider's server.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Runs advancing at once.")] = 8,
     dry_run: Annotated[
         bool,
         typer.Option(

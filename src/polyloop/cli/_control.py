@@ -172,9 +172,10 @@ def approve(
 ) -> None:
     """Approve the action a parked run awaits (`polyloop pending` lists them); then the
     command it prints continues the run and executes the action: `polyloop resume RUN_ID` for
-    a run of `polyloop run`, `polyloop recover` for one of `batch --loop` (or that batch again),
-    `Loop.resume` for one started from Python. Exactly one decision per action: exit code 1 and
-    one line naming who decided, when someone decided first.
+    a run of `polyloop run` or `batch --model` on a SQLite journal; `polyloop recover
+    --older-than 0` (or the batch again) for one of `batch --loop` or on PostgreSQL;
+    `loop.resume(RUN_ID)` for one started from Python. Exactly one decision per action: exit
+    code 1 and one line naming who decided, when someone decided first.
 
     Example: polyloop approve 3f2a… 9b1c… --by alice --journal polyloop.db
     """

@@ -75,8 +75,12 @@ def open_action(records: Sequence[Record]) -> dict[str, Any] | None:
     return out
 
 
-def open_action_lines(action: dict[str, Any] | None, run_id: str, where: str) -> list[str]:
-    """What ``show`` prints of :func:`open_action` (``where``: `` --journal PATH`` or "")."""
+def open_action_lines(
+    action: dict[str, Any] | None, run_id: str, where: str, hint: str = ""
+) -> list[str]:
+    """What ``show`` prints of :func:`open_action` (``where``: `` --journal PATH`` or "";
+    ``hint``: what continues the run, :func:`._approval.continue_hint`, shown for a decided
+    action)."""
     if action is None:
         return []
     what = (
@@ -95,7 +99,8 @@ def open_action_lines(action: dict[str, Any] | None, run_id: str, where: str) ->
         verdict = "approved" if action["approved"] else "denied"
         return [
             f"{verdict} by {action['decided_by']} at {when(action['decided_at'])}, not yet "
-            f"resumed: {what}"
+            f"resumed: {what}",
+            *([f"  {hint}"] if hint else []),
         ]
     return [
         f"in flight, outcome not recorded (replay policy {action['replay_policy']}: what a "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -36,10 +37,28 @@ WorkspaceOpt = Annotated[
     Path, typer.Option("--workspace", help="Folder the tools work in (must exist).")
 ]
 ToolsOpt = Annotated[str, typer.Option("--tools", help="Comma-separated tool sets: files, shell.")]
-BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible server URL.")]
-MaxStepsOpt = Annotated[int, typer.Option("--max-steps")]
-MaxActionsOpt = Annotated[int | None, typer.Option("--max-actions")]
-MaxPromptCharsOpt = Annotated[int | None, typer.Option("--max-prompt-chars")]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="The provider's server: any OpenAI-compatible one for openai:MODEL (a local "
+        "llama.cpp, vLLM, Ollama), or a proxy of Anthropic's or Google's API.",
+    ),
+]
+MaxStepsOpt = Annotated[
+    int, typer.Option("--max-steps", help="Steps the run may take (step_budget).")
+]
+MaxActionsOpt = Annotated[
+    int | None,
+    typer.Option("--max-actions", help="Actions the run may execute (action_budget)."),
+]
+MaxPromptCharsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-prompt-chars",
+        help="Characters the prompt may hold; a longer one ends the run context_overflow.",
+    ),
+]
 MaxTokensOpt = Annotated[
     int | None,
     typer.Option("--max-tokens", help="Input + output tokens the run may use (token_budget)."),
@@ -97,6 +116,7 @@ McpOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--mcp",
+        metavar="SERVER",
         help="An MCP server whose tools join the run: a command line (started in the "
         "workspace, stopped at the end) or an http(s):// URL (Streamable HTTP). Repeatable.",
     ),
@@ -113,6 +133,7 @@ McpHeaderOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--mcp-header",
+        metavar="'NAME: VALUE'",
         help="'Name: value' sent to the HTTP MCP servers; ${VAR} in the value is read from the "
         "environment when connecting (stored as written, so keep secrets in variables). "
         "Repeatable.",
@@ -198,8 +219,8 @@ StreamOpt = Annotated[
     bool,
     typer.Option(
         "--stream",
-        help="Stream each reply from the provider and print its text as it arrives "
-        "(the journal still holds each whole reply). Stored with the run.",
+        help="Stream each reply from the provider (run prints its text as it arrives; the "
+        "journal still holds each whole reply). Stored with the run.",
     ),
 ]
 MetadataOpt = Annotated[
@@ -251,9 +272,9 @@ AskOpt = Annotated[
     typer.Option(
         "--ask",
         metavar="PATTERN",
-        help="A shell command matching PATTERN waits for a person: the run parks (exit 5) "
-        "and prints the polyloop pending/approve/deny commands; polyloop resume then runs or "
-        "refuses it. Repeatable.",
+        help="A shell command matching PATTERN waits for a person: the run parks (run exits "
+        "5 printing the polyloop pending/approve/deny commands; batch lists it and exits 7), "
+        "and after a decision the command approve prints continues it. Repeatable.",
     ),
 ]
 ForbidOpt = Annotated[
@@ -498,6 +519,16 @@ def in_cli_words(message: str) -> str:
     through it: :func:`._common.fail`)."""
     for name in inspect.signature(_flags).parameters:
         message = message.replace(f"Limits.{name}", "--" + name.replace("_", "-"))
+    message = re.sub(
+        r"has no API key: pass api_key= or set (\w+) \(only a base_url on this machine needs "
+        r"none; base_url=[^)]*\)",
+        r"has no API key: set \1, or pass --base-url for a server on this machine (which "
+        r"needs none)",
+        message,
+    )
+    message = message.replace(
+        "use Loop.resume(run_id) to continue it", "continue it with polyloop resume RUN_ID"
+    )
     return message.replace("; use None for ", "; leave it out for ")
 
 

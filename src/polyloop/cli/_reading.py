@@ -13,10 +13,11 @@ from polyloop import PolyLoopError, StopReason
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
+from ._approval import continue_hint
 from ._common import JournalOpt, call, fail
 from ._errors import valid_text
 from ._open_action import open_action, open_action_lines
-from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, open_journal
+from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, journal_path, open_journal
 
 _STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
 
@@ -58,16 +59,16 @@ def show(
     Example: polyloop show 3f2a… --json
     """
 
-    async def go() -> tuple[dict[str, Any], list[Any], list[Any], dict[int, Any]]:
+    async def go() -> tuple[dict[str, Any], Any, list[Any], list[Any], dict[int, Any]]:
         async with open_journal(journal, read_only=True) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.path}")
-            _, records = await j.journal.read(run_id)
+            spec, records = await j.journal.read(run_id)
             steps, usage = await j.journal.steps(run_id), await j.journal.step_usage(run_id)
-            return rows[0], steps, list(records), usage
+            return rows[0], spec, steps, list(records), usage
 
-    run_row, steps, records, usage = call(go)
+    run_row, spec, steps, records, usage = call(go)
     end = records[-1] if records and isinstance(records[-1], RunEnd) else None
     report = end.report if end else None
     edits = [r for r in records if isinstance(r, TestEdit)]
@@ -77,7 +78,8 @@ def show(
     else:
         _render.show_table(run_row, steps, usage)
         where = f" --journal {journal}" if journal else ""
-        for line in open_action_lines(action, run_id, where):
+        hint = continue_hint(run_id, spec.metadata, str(journal_path(journal)))
+        for line in open_action_lines(action, run_id, where, hint):
             print(line)
         for line in _render.test_edit_lines(edits, run_row["stop_reason"]):
             print(line)

@@ -84,7 +84,12 @@ def run(
     goal: Annotated[str, typer.Argument(help="What the run is for.")],
     model: ModelOpt,
     options: RunOptions,
-    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id", help="The new run's id (default: random); an id in use is refused."
+        ),
+    ] = None,
     journal: JournalOpt = None,
 ) -> None:
     """Run an agent on GOAL with the general workspace tools, journaled for resume.

@@ -19,7 +19,7 @@ from polyloop import ConfigError, Limits, Loop, Pricing, RunNotFound, ToolRegist
 from polyloop.journal import SQLiteJournal
 from polyloop.types import check_number
 
-from ._approval import command_policy, mcp_ask_names
+from ._approval import command_policy, continue_hint, mcp_ask_names
 from ._badinput import BadInput as BadInput  # re-exported: where the commands import it
 from ._check import refuse_damaged
 
@@ -104,8 +104,8 @@ def run_config(
     ``timeout_s`` (the model call's request timeout) is stored only when given: a run
     without it uses ``OpenAIModel``'s default. ``budgets``: ``max_tokens``, ``max_cost``,
     ``max_seconds`` (None: unbounded). ``guard``: the failure guard's options
-    (``polyloop run`` passes them; ``batch``, whose run ids derive from its options, does
-    not). ``stream`` is stored only when True (a resumed run streams as it did).
+    (``run`` and ``batch`` pass the same ones; a batch's run ids do not depend on them).
+    ``stream`` is stored only when True (a resumed run streams as it did).
     ``writable_paths`` (``--writable-paths``; ``[]`` for ``--read-only``) is checked here and
     stored only when given (None: the whole workspace is writable).
     ``sampling``: ``temperature`` and ``max_output_tokens`` (:func:`check_sampling`), each
@@ -492,10 +492,8 @@ async def build_loop(
             raise BadInput(f"no run {run_id!r} in {journal.path}") from None
         cli = (spec.metadata or {}).get("cli")
         if not isinstance(cli, dict):
-            raise BadInput(
-                f"run {run_id!r} was not started by the polyloop command: resume it "
-                "from the code that started it (Loop.resume)"
-            )
+            hint = continue_hint(run_id, spec.metadata, str(journal.path))
+            raise BadInput(f"run {run_id!r} was not started by the polyloop command: {hint}")
         config = {**cli, **(overrides or {})}
         changed = {k: v for k, v in (limit_overrides or {}).items() if v is not None}
         if changed:
@@ -503,10 +501,9 @@ async def build_loop(
     else:
         limits = Limits.from_dict(config["limits"])
     if "loop" in config:
-        raise BadInput(
-            f"run {run_id!r} was started by polyloop batch --loop {config['loop']}: continue "
-            "it with polyloop recover or by re-running that batch"
-        )
+        assert run_id is not None
+        hint = continue_hint(run_id, {"cli": config}, str(journal.path))
+        raise BadInput(f"run {run_id!r} was started by polyloop batch --loop: {hint}")
     workspace = Path(config["workspace"])
     if not await asyncio.to_thread(workspace.is_dir):
         raise BadInput(f"the run's workspace {workspace} no longer exists")
