@@ -9,8 +9,9 @@ tool call ends it at its step budget. Measured after the run, per journal: the c
 the run's ``journal`` bodies and of ``steps.observation``, and the bytes on disk (SQLite: the
 file after a WAL checkpoint and ``VACUUM``; PostgreSQL: ``pg_total_relation_size`` of ``journal``
 and ``steps`` after ``VACUUM FULL``, on the DSN in ``POLYLOOP_TEST_PG_DSN``). "before" writes as
-journal schema 1.x did (``_observations.SHARED_ABOVE`` raised past the observation: the step
-record holds a copy too), "after" as 2.0 does. Prints a Markdown table and writes it to
+journal schema 1.x did (``_observations.SHARED_ABOVE`` raised past the observation: the result
+and the step record hold a copy each, ``steps.observation`` a third), "after" as 2.0 does (the
+result and its step are written in one append: ``steps.observation`` holds the only copy). Prints a Markdown table and writes it to
 ``bench/results/observation_once.md``.
 """
 

@@ -1,22 +1,26 @@
-"""A large observation is stored once in the journal (journal schema 2.0): the step record of
-an action whose observation is longer than ``SHARED_ABOVE`` characters refers to the
-``action_result`` record before it instead of holding a copy; ``steps.observation`` is filled as
-before. Every reader puts the text back, on every journal; a journal of schema 1.x (every step
-holding its observation) is still read and migrated; a PolyLoop that reads only major 1 refuses
-a 2.0 journal in one line."""
+"""A large observation is stored once in the journal (journal schema 2.0): the step record of an
+action whose observation is longer than ``SHARED_ABOVE`` characters refers to the
+``action_result`` record before it instead of holding a copy, and that result, written in the
+same append, leaves the text to ``steps.observation`` (filled as before). Every reader puts the
+text back, on every journal; a journal of schema 1.x (every step holding its observation) is
+still read and migrated; a PolyLoop that reads only major 1 refuses a 2.0 journal in one line."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import re
 import signal
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from polyloop import JournalError, Loop, StopReason
-from polyloop.journal import _observations, _versions
+from polyloop.journal import _observations, _sqlite_read, _versions
 from polyloop.testing import FakeClock, FunctionModel
 from polyloop.types import ActionResult, StepWritten
 from tests.conftest import Crash, RecordingJournal
@@ -42,30 +46,55 @@ def stored_chars(store: Store, run_id: str) -> tuple[int, int]:
     return int(bodies[0][0]), int(column[0][0])
 
 
+@pytest.mark.parametrize("size", [MB, 20 * MB], ids=["1MB", "20MB"])
 async def test_a_large_observation_is_stored_once_in_the_journal_table(
-    journal_backend: Store,
+    size: int, journal_backend: Store
 ) -> None:
     store = journal_backend
     async with store.journal() as journal:
         r = await Loop(
-            FunctionModel(script), tools=tools(MB), journal=journal, clock=FakeClock()
+            FunctionModel(script), tools=tools(size), journal=journal, clock=FakeClock()
         ).run("read", run_id="big")
         assert r.stop_reason == StopReason.task_completed
-        assert [len(s.observation or "") for s in r.steps] == [MB, MB, MB]
+        assert [len(s.observation or "") for s in r.steps] == [size] * 3
         assert await journal.steps("big") == list(r.steps)
+        _, records = await journal.read("big")
+    results = [x.outcome.observation for x in records if isinstance(x, ActionResult)]
+    assert results == [s.observation for s in r.steps]
     bodies, column = stored_chars(store, "big")
-    # Three observations of 1 MB: once each in the journal (their action results, as JSON),
-    # once each in steps.observation. Before journal schema 2.0 the step records held a third.
-    parts = ("a", "b", "submitted ok")
-    encoded = sum(len(json.dumps(text(p, MB), ensure_ascii=False)) for p in parts)
-    assert encoded <= bodies < encoded + 20_000, (bodies, encoded)
-    assert column == 3 * MB
+    # Three large observations, each written with its step in one append: once each, in
+    # steps.observation. Their action results and step records hold none of their text.
+    assert bodies < 20_000, bodies
+    assert column == 3 * size
     refs = store.sql(
         "SELECT count(*) FROM journal WHERE run_id = ? AND kind = 'step' "
         "AND body LIKE '%\"observation_at\":-1,%'",
         "big",
     )
     assert refs == [(3,)]
+    marked = store.sql(
+        "SELECT count(*) FROM journal WHERE run_id = ? AND kind = 'action_result' "
+        'AND body LIKE \'%"observation_in":"steps",%\'',
+        "big",
+    )
+    assert marked == [(3,)]
+
+
+async def test_a_result_written_before_its_step_keeps_its_text(journal_backend: Store) -> None:
+    """The submit's result is written alone (before a completion guard runs): it keeps its
+    observation, and the steps column holds the second copy."""
+    store = journal_backend
+    async with store.journal() as journal:
+        await large_loop(journal).run("read", run_id="r")
+    marked = store.sql(
+        "SELECT count(*) FROM journal WHERE kind = 'action_result' AND body LIKE '%observation_in%'"
+    )
+    assert marked == [(2,)]  # the two reads; not the submit
+    kept = store.sql(
+        "SELECT count(*) FROM journal WHERE kind = 'action_result' "
+        "AND body LIKE '%submitted ok line 000001%'"
+    )
+    assert kept == [(1,)]
 
 
 async def test_a_small_or_steered_observation_keeps_its_copy(journal_backend: Store) -> None:
@@ -165,6 +194,61 @@ async def test_a_reference_to_no_action_result_is_damage(tmp_path: Path) -> None
     async with store.journal() as journal:
         with pytest.raises(JournalError, match="observation_at=-1, which names no action_result"):
             await journal.read("r")
+
+
+async def test_a_run_is_read_with_one_query_for_its_observations(tmp_path: Path) -> None:
+    """The observations the results left out are read by one query per run read, however
+    many records refer to them."""
+    store = SQLiteStore(tmp_path / "j.db")
+    async with store.journal() as journal:
+        await large_loop(journal).run("read", run_id="r")
+    with contextlib.closing(sqlite3.connect(tmp_path / "j.db")) as conn:
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        _, records = _sqlite_read._read_run(conn, "r")
+    assert len(statements) == 3, statements  # the runs row, the records, the observations
+    assert [len(x.outcome.observation) for x in records if isinstance(x, ActionResult)] == [
+        SIZE
+    ] * 3
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM steps WHERE run_id = 'r' AND step_idx = 1",
+        "UPDATE steps SET observation = NULL WHERE run_id = 'r' AND step_idx = 1",
+    ],
+    ids=["missing", "null"],
+)
+async def test_a_result_whose_steps_row_lost_its_observation_is_damage(
+    damage: str, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "j.db")
+    async with store.journal() as journal:
+        await large_loop(journal).run("read", run_id="r")
+    seq = store.sql(
+        "SELECT seq FROM journal WHERE kind = 'action_result' AND body LIKE '%observation_in%' "
+        "AND body LIKE '%\"step_idx\":1}'"
+    )[0][0]
+    store.damage(damage)
+    why = (
+        f"journal record {seq} cannot be read (has observation_in='steps' but the steps row "
+        "of step 1 is missing or holds no observation)"
+    )
+    async with store.journal() as journal:
+        with pytest.raises(JournalError, match=re.escape(why)):
+            await journal.read("r")
+        with pytest.raises(JournalError, match=re.escape(why)):
+            await large_loop(journal).resume("r")
+    found = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "polyloop.cli", "check", "--journal", str(tmp_path / "j.db")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert found.returncode == 8, found  # ExitCode.DAMAGED
+    assert f"run 'r': {why}" in found.stdout, found
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])

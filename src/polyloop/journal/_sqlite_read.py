@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..types import JournalError, Limits, Record, RunNotFound, RunSpec, StepRecord, record_from_dict
-from ._observations import refilled
+from . import _observations
+from ._observations import READ_LARGE, refilled
 from ._sqlite_schema import (
     _READ_RECORDS,
     _READ_RUN,
@@ -34,13 +35,17 @@ def _read_run(conn: sqlite3.Connection, run_id: str) -> tuple[RunSpec, tuple[Rec
     if row is None:
         raise RunNotFound(run_id)
     rows = conn.execute(_READ_RECORDS, (run_id,)).fetchall()
-    return _parse_run(run_id, row, rows)
+    # After the records: a result's steps row was written with it and is never changed.
+    large = dict(conn.execute(READ_LARGE, (run_id, _observations.SHARED_ABOVE)).fetchall())
+    return _parse_run(run_id, row, rows, large)
 
 
 def _parse_run(
-    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]]
+    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]], large: Mapping[int, str]
 ) -> tuple[RunSpec, tuple[Record, ...]]:
-    """A run's spec and records from its ``runs`` row and ``journal`` rows (any backend).
+    """A run's spec and records from its ``runs`` row, ``journal`` rows and large
+    ``steps.observation`` texts (``_observations.READ_LARGE``, read after the records; any
+    backend).
 
     Raises:
         JournalError: a field, a record or the ``seq`` numbering is damaged.
@@ -72,7 +77,7 @@ def _parse_run(
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
         try:
-            records.append(refilled(record_from_dict(data), data, records))
+            records.append(refilled(record_from_dict(data), data, records, large))
         except JournalError as exc:
             raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
     return spec, tuple(records)

@@ -28,12 +28,12 @@ record; NULL before) and ``runs.request``, ``request_reason``, ``requested_by``,
 lets ``runs.status`` be ``'awaiting_approval'`` (a run parked until a person decides on an
 action: its CHECK constraint is widened in place, which changes no stored row).
 
-2.0 stores a large observation once in the ``journal`` table: the ``step`` record of an action
-whose observation is longer than ``_observations.SHARED_ABOVE`` characters leaves it out and
-names the ``action_result`` record before it that holds it (see
-:mod:`polyloop.journal._observations`). The tables are those of 1.4 (``steps.observation`` is
-filled as before). A PolyLoop of major 1 would read such a step with no observation, so it
-refuses the file (its one-line "upgrade polyloop"); this one reads journals of both majors."""
+2.0 stores a large observation once: the ``step`` record of an action whose observation is longer
+than ``_observations.SHARED_ABOVE`` characters leaves it out and names the ``action_result`` record
+before it, which holds it or, written in the same append, leaves it to ``steps.observation`` (see
+:mod:`polyloop.journal._observations`). The tables are those of 1.4 (``steps.observation`` is filled
+as before). A PolyLoop of major 1 would read such a step with no observation, so it refuses the file
+(its one-line "upgrade polyloop"); this one reads journals of both majors."""
 _READ_MAJORS = (1, 2)
 """The journal schema majors this PolyLoop reads (1: every step record holds its observation)."""
 _STEP_MAJOR = 1

@@ -104,7 +104,7 @@ from ..types import (
     record_from_dict,
     record_json,
 )
-from . import _approvals, _sqlite_schema, sqlite
+from . import _approvals, _observations, _sqlite_schema, sqlite
 from ._owner import new_owner, owner_is_dead
 from ._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
 from ._request_rows import request_answer, request_row, stored_request
@@ -352,6 +352,7 @@ _END_PENDING = _pg(_sqlite_schema._END_PENDING)
 _END_RUN = _pg(_sqlite_schema._END_RUN)
 _READ_RUN = _pg(_sqlite_schema._READ_RUN)
 _READ_RECORDS = _pg(_sqlite_schema._READ_RECORDS)
+_READ_LARGE = _pg(_observations.READ_LARGE)
 # (A running run at 0 steps may come from a journal written before the counters were kept
 # current per step: counted from ``steps``.)
 # By name, not ``SELECT *`` as SQLite reads them: a PostgreSQL journal is migrated when it is
@@ -590,16 +591,17 @@ class PostgresJournal:
 
     async def read(self, run_id: str) -> tuple[RunSpec, Sequence[Record]]:
         async with self._connection() as conn:
-            # One round trip. The runs columns read here never change after create, and the
-            # records are read by one statement: one snapshot.
+            # One round trip. The runs columns never change after create; the records are one
+            # snapshot; the steps rows their results name were written with them, never changed.
             async with conn.pipeline():
                 run_cur = await conn.execute(_READ_RUN, (run_id,))
                 rec_cur = await conn.execute(_READ_RECORDS, (run_id,))
-            row = await run_cur.fetchone()
-            rows = await rec_cur.fetchall()
+                big = await conn.execute(_READ_LARGE, (run_id, _observations.SHARED_ABOVE))
+            row, rows = await run_cur.fetchone(), await rec_cur.fetchall()
+            large = dict(await big.fetchall())
         if row is None:
             raise RunNotFound(run_id)
-        return _parse_run(run_id, row, rows)
+        return _parse_run(run_id, row, rows, large)
 
     async def acquire(
         self, run_id: str, *, ttl_s: float

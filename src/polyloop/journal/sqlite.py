@@ -303,8 +303,8 @@ class _Append:
 def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     run_id = lease.run_id
     p = _Append(lease)
-    for before, r in zip((None, *records), records, strict=False):
-        p.rows.append((r.kind, stored_json(r, before)))
+    for before, r, after in zip((None, *records), records, (*records[1:], None), strict=False):
+        p.rows.append((r.kind, stored_json(r, before, after)))
         match r:
             case ModelIntent():
                 p.calls.append(("intent", intent_row(run_id, r)))
