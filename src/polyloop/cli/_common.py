@@ -25,14 +25,35 @@ EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 EXIT_BAD_INPUT = ExitCode.BAD_INPUT
 EXIT_NOT_ALL_ENDED = ExitCode.NOT_ALL_ENDED
 
+# The commands that can also work on a PostgreSQL journal (they take RequestJournalOpt or
+# ReadJournalOpt); the others refuse a postgresql:// --journal in one line naming these.
+POSTGRES_COMMANDS = (
+    "runs, show, stats, export, stop, cancel, pending, approve, deny, batch and recover"
+)
+
+
+def sqlite_journal(value: str) -> Path:
+    """A SQLite-only command's ``--journal``: the path, or, for a PostgreSQL URI, one line
+    naming the commands that take one (exit 1), before the URI can become a path."""
+    from polyloop.batch._journals import is_postgres_spec
+
+    if is_postgres_spec(value):
+        raise fail(
+            "this command works on SQLite journal files only; a postgresql:// --journal is "
+            f"taken by {POSTGRES_COMMANDS} (pass a SQLite file)"
+        )
+    return Path(value)
+
+
 JournalOpt = Annotated[
     Path | None,
     typer.Option(
         "--journal",
+        parser=sqlite_journal,
+        metavar="PATH",
         help=f"SQLite journal file (default: ${JOURNAL_ENV} or ./{DEFAULT_JOURNAL}).",
     ),
 ]
-# The commands that can also work on a PostgreSQL journal.
 RequestJournalOpt = Annotated[
     str | None,
     typer.Option(
@@ -41,6 +62,7 @@ RequestJournalOpt = Annotated[
         f"'polyloop[postgres]'; default: ${JOURNAL_ENV} or ./{DEFAULT_JOURNAL}).",
     ),
 ]
+ReadJournalOpt = RequestJournalOpt  # runs, show, stats, export: read-only on a SQLite file
 ByOpt = Annotated[
     str | None,
     typer.Option("--by", help="Who asks, stored as requested_by (default: user@host pid N)."),
@@ -49,8 +71,10 @@ ByOpt = Annotated[
 
 def fail(message: str) -> typer.Exit:
     """One line on stderr, in the command line's words (:func:`._options.in_cli_words`), and
-    the exit of bad input (raise what it returns)."""
-    print(f"polyloop: {in_cli_words(message)}", file=sys.stderr)
+    the exit of bad input (raise what it returns). A message of several lines (a database
+    driver's) is joined into one."""
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"polyloop: {in_cli_words(line)}", file=sys.stderr)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -70,13 +94,13 @@ def journal_spec(journal: str | None, *, must_exist: bool) -> str:
     from polyloop.batch._journals import is_postgres_spec
 
     from ._check import refuse_damaged
-    from ._setup import journal_path
+    from ._setup import journal_path, no_journal
 
     if journal is not None and is_postgres_spec(journal):
         return journal
     path = journal_path(None if journal is None else Path(journal))
     if must_exist and not path.is_file():
-        raise fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+        raise fail(no_journal(path))
     refuse_damaged(path)  # the commands that use this one write
     return str(path)
 

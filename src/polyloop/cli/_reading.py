@@ -10,20 +10,29 @@ from typing import Annotated, Any, Literal
 import typer
 
 from polyloop import PolyLoopError, StopReason
+from polyloop.batch._journals import is_postgres_spec
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
 from ._approval import continue_hint
-from ._common import JournalOpt, call, fail
+from ._common import JournalOpt, ReadJournalOpt, call, fail
 from ._errors import valid_text
 from ._open_action import open_action, open_action_lines
-from ._setup import DEFAULT_JOURNAL, JOURNAL_ENV, BadInput, journal_path, open_journal
+from ._setup import (
+    DEFAULT_JOURNAL,
+    JOURNAL_ENV,
+    BadInput,
+    journal_path,
+    no_journal,
+    open_journal,
+    open_reader,
+)
 
 _STOP_REASON_HELP = "Only runs that stopped for this: " + ", ".join(StopReason) + "."
 
 
 def runs(
-    journal: JournalOpt = None,
+    journal: ReadJournalOpt = None,
     stop_reason: Annotated[
         StopReason | None,
         typer.Option("--stop-reason", metavar="REASON", help=_STOP_REASON_HELP),
@@ -38,7 +47,7 @@ def runs(
     """
 
     async def go() -> list[dict[str, Any]]:
-        async with open_journal(journal, read_only=True) as j:
+        async with open_reader(journal) as j:
             return await j.journal.list_runs()
 
     try:
@@ -50,7 +59,7 @@ def runs(
 
 def show(
     run_id: Annotated[str, typer.Argument(help="The run to show.", callback=valid_text)],
-    journal: JournalOpt = None,
+    journal: ReadJournalOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Full step records as JSON.")] = False,
 ) -> None:
     """Show a run's steps as a table (or, with --json, its full records), with what the run
@@ -60,10 +69,10 @@ def show(
     """
 
     async def go() -> tuple[dict[str, Any], Any, list[Any], list[Any], dict[int, Any]]:
-        async with open_journal(journal, read_only=True) as j:
+        async with open_reader(journal) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
-                raise BadInput(f"no run {run_id!r} in {j.path}")
+                raise BadInput(f"no run {run_id!r} in {j.where}")
             spec, records = await j.journal.read(run_id)
             steps, usage = await j.journal.steps(run_id), await j.journal.step_usage(run_id)
             return rows[0], spec, steps, list(records), usage
@@ -78,7 +87,12 @@ def show(
     else:
         _render.show_table(run_row, steps, usage)
         where = f" --journal {journal}" if journal else ""
-        hint = continue_hint(run_id, spec.metadata, str(journal_path(journal)))
+        named = journal if journal and is_postgres_spec(journal) else None
+        hint = continue_hint(
+            run_id,
+            spec.metadata,
+            named or str(journal_path(None if journal is None else Path(journal))),
+        )
         for line in open_action_lines(action, run_id, where, hint):
             print(line)
         for line in _render.test_edit_lines(edits, run_row["stop_reason"]):
@@ -88,7 +102,7 @@ def show(
             print(report.to_markdown())
 
 
-def stats(journal: JournalOpt = None) -> None:
+def stats(journal: ReadJournalOpt = None) -> None:
     """Stop-reason distribution and steps-per-run percentiles across the journal's runs, and
     per stop reason the percentiles of tokens, cost and active seconds per run.
 
@@ -96,14 +110,14 @@ def stats(journal: JournalOpt = None) -> None:
     """
 
     async def go() -> list[dict[str, Any]]:
-        async with open_journal(journal, read_only=True) as j:
+        async with open_reader(journal) as j:
             return await j.journal.list_runs()
 
     _render.stats(call(go))
 
 
 def export(
-    journal: JournalOpt = None,
+    journal: ReadJournalOpt = None,
     fmt: Annotated[
         Literal["jsonl", "parquet"],
         typer.Option("--format", help="jsonl, or parquet (needs pip install 'polyloop[parquet]')."),
@@ -125,7 +139,7 @@ def export(
         raise fail("parquet needs an output file: -o steps.parquet")
 
     async def go() -> list[dict[str, Any]]:
-        async with open_journal(journal, read_only=True) as j:
+        async with open_reader(journal) as j:
             rows = []
             for run_row in await j.journal.list_runs():
                 run_id = run_row["run_id"]
@@ -162,7 +176,7 @@ def view(
         raise fail(f"--port takes 0 to 65535, got {port}")
     path = journal_path(journal)
     if not path.is_file():
-        raise fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+        raise fail(no_journal(path))
     try:
         server = serve(path, host=host, port=port)
     except (PolyLoopError, OSError) as exc:
@@ -249,7 +263,7 @@ def check(
         )
     path = journal_path(None if journal is None else Path(journal))
     if not path.is_file():
-        raise fail(f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})")
+        raise fail(no_journal(path))
     try:
         raise typer.Exit(check_file(path))
     except PolyLoopError as exc:

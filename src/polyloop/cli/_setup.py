@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +22,9 @@ from polyloop.types import check_number
 from ._approval import command_policy, continue_hint, mcp_ask_names
 from ._badinput import BadInput as BadInput  # re-exported: where the commands import it
 from ._check import refuse_damaged
+
+if TYPE_CHECKING:
+    from polyloop.journal import PostgresJournal
 
 DEFAULT_JOURNAL = "polyloop.db"
 JOURNAL_ENV = "POLYLOOP_JOURNAL"
@@ -52,11 +55,32 @@ class OpenJournal:
         self.path = path
 
 
+@dataclass(frozen=True)
+class Reader:
+    """The journal a reading command reads (a SQLiteJournal opened read-only, or a
+    PostgresJournal) and what its messages call it: the file's path, or the server and
+    schema (never the DSN's password)."""
+
+    journal: SQLiteJournal | PostgresJournal
+    where: str
+
+
 def journal_path(path: Path | None) -> Path:
     """``--journal``, else ``$POLYLOOP_JOURNAL``, else ``./polyloop.db``."""
     if path is not None:
         return path
     return Path(os.environ.get(JOURNAL_ENV) or DEFAULT_JOURNAL)
+
+
+def no_journal(path: Path) -> str:
+    """The one line for a journal file that is not there; for the default ``polyloop.db``
+    while the demo's journal is in the current folder, where the demo's runs are."""
+    from .demo import DEMO_JOURNAL
+
+    line = f"no journal at {path} (pass --journal PATH or set ${JOURNAL_ENV})"
+    if path == Path(DEFAULT_JOURNAL) and Path(DEMO_JOURNAL).is_file():
+        line += f" (the demo's runs are in {DEMO_JOURNAL}: --journal {DEMO_JOURNAL})"
+    return line
 
 
 @asynccontextmanager
@@ -68,7 +92,7 @@ async def open_journal(
     otherwise a small existing file is checked first (:func:`._check.refuse_damaged`)."""
     resolved = journal_path(path)
     if (must_exist or read_only) and not resolved.exists():
-        raise BadInput(f"no journal at {resolved} (pass --journal PATH or set ${JOURNAL_ENV})")
+        raise BadInput(no_journal(resolved))
     folder = resolved.parent
     if not resolved.exists() and not folder.is_dir():
         raise BadInput(
@@ -82,6 +106,35 @@ async def open_journal(
         yield OpenJournal(journal, resolved)
     finally:
         await journal.aclose()
+
+
+@asynccontextmanager
+async def open_reader(journal: str | None) -> AsyncIterator[Reader]:
+    """The journal a reading command (``runs``, ``show``, ``stats``, ``export``) reads: a
+    ``postgresql://`` URI (optionally ending ``#schema=NAME``) opens that PostgreSQL journal
+    (which, like every PostgresJournal, creates the PolyLoop tables in an empty schema); else
+    the SQLite file, read-only (:func:`open_journal`). Closed when the block ends.
+
+    Raises:
+        BadInput: no such file, or psycopg not installed.
+    """
+    from polyloop.batch._journals import is_postgres_spec
+    from polyloop.batch._journals import open_journal as open_spec
+
+    if journal is None or not is_postgres_spec(journal):
+        async with open_journal(
+            None if journal is None else Path(journal), read_only=True
+        ) as sqlite:
+            yield Reader(sqlite.journal, str(sqlite.path))
+        return
+    try:
+        postgres = open_spec(journal)
+    except ImportError as exc:  # the extra is missing: its message says how to install it
+        raise BadInput(str(exc).splitlines()[0]) from None
+    try:
+        yield Reader(postgres, postgres.where)
+    finally:
+        await postgres.aclose()
 
 
 def run_config(
