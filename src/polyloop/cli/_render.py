@@ -183,7 +183,7 @@ def filter_runs(
         try:
             start = time.mktime(time.strptime(since, "%Y-%m-%d"))
         except ValueError:
-            from ._setup import BadInput
+            from ._badinput import BadInput
 
             raise BadInput(f"--since takes a date as YYYY-MM-DD, got {since!r}") from None
         rows = [r for r in rows if r["created_at"] >= start]
@@ -452,7 +452,7 @@ def export_row(
 
 
 def write_export(rows: list[dict[str, Any]], fmt: str, output: Path | None) -> None:
-    from ._setup import BadInput
+    from ._badinput import BadInput
 
     if fmt == "parquet":
         try:
