@@ -11,8 +11,8 @@ file after a WAL checkpoint and ``VACUUM``; PostgreSQL: ``pg_total_relation_size
 and ``steps`` after ``VACUUM FULL``, on the DSN in ``POLYLOOP_TEST_PG_DSN``). "before" writes as
 journal schema 1.x did (``_observations.SHARED_ABOVE`` raised past the observation: the result
 and the step record hold a copy each, ``steps.observation`` a third), "after" as 2.0 does (the
-result and its step are written in one append: ``steps.observation`` holds the only copy). Prints a Markdown table and writes it to
-``bench/results/observation_once.md``.
+result and its step are written in one append: ``steps.observation`` holds the only copy).
+Prints a Markdown table and writes it to ``bench/results/observation_once.md``.
 """
 
 from __future__ import annotations
