@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 import typer
 
 from polyloop import PolyLoopError, StopReason
-from polyloop.batch._journals import is_postgres_spec
 from polyloop.types import RunEnd, TestEdit
 
 from . import _render
@@ -87,6 +86,8 @@ def show(
     else:
         _render.show_table(run_row, steps, usage)
         where = f" --journal {journal}" if journal else ""
+        from polyloop.batch._journals import is_postgres_spec  # not at start-up: 20 ms
+
         named = journal if journal and is_postgres_spec(journal) else None
         hint = continue_hint(
             run_id,
