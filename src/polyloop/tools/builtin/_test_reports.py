@@ -6,7 +6,8 @@ type, the top frame (``file:line``) and the key message. This module reads them 
 a test run printed, with nothing else to go on: it is pure (no I/O, no clock, no environment),
 and it never raises on odd input (a line it cannot read is skipped).
 
-What it recognises:
+What it recognises (a reader per format, :mod:`._pytest_report` and :mod:`._unittest_report`;
+this module makes their entries into failures):
 
 * **pytest**, in every report style: ``-q`` and verbose (``-v``), ``--tb=long`` (the
   default), ``short``, ``line``, ``native`` and ``no``; the ``FAILURES`` and ``ERRORS``
