@@ -20,12 +20,9 @@ is accepted cannot drift apart.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import re
-import types
-import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeVar, overload
@@ -34,7 +31,7 @@ import pydantic
 
 from polyloop.types import ConfigError, Outcome, ReplayPolicy, ToolContext, ToolSpec, check_number
 
-from ._docstrings import arg_descriptions, summary
+from ._signature import Param, read_function
 from ._threads import in_thread
 
 __all__ = ["ExternalCall", "InvalidArguments", "ReconcileHook", "Tool", "ToolRegistry"]
@@ -70,35 +67,6 @@ class InvalidArguments(ValueError):
 
 log = logging.getLogger("polyloop")
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-# Keys whose value maps names to sub-schemas: their keys are names, never the "title" keyword.
-_SCHEMA_MAPS = frozenset(
-    {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"}
-)
-_SCHEMA_LISTS = frozenset({"anyOf", "allOf", "oneOf", "prefixItems"})
-_SCHEMA_ONE = frozenset(
-    {
-        "items",
-        "additionalProperties",
-        "not",
-        "if",
-        "then",
-        "else",
-        "contains",
-        "propertyNames",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _Param:
-    """One schema parameter: the pydantic field name (``field``) maps to the Python
-    parameter (``name``); fields are named ``p0, p1, ...`` with the parameter name as alias,
-    so that parameter names pydantic reserves (``model_config``, ``json``, ``_x``) still work."""
-
-    name: str
-    field: str
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -146,7 +114,7 @@ class Tool:
         default=None, repr=False
     )
     _external: ExternalCall | None = field(default=None, repr=False)
-    _params: tuple[_Param, ...] = field(default=(), repr=False)
+    _params: tuple[Param, ...] = field(default=(), repr=False)
     _call_order: tuple[tuple[str, bool], ...] = field(default=(), repr=False)
 
     def needs_approval(self, values: dict[str, Any]) -> bool:
@@ -337,11 +305,7 @@ class ToolRegistry:
             raise ConfigError(f"a tool must be a function or a callable object, got {func!r}")
         tool_name = name if name is not None else getattr(func, "__name__", "")
         where = f"tool {tool_name!r}"
-        if not isinstance(tool_name, str) or not _NAME_RE.match(tool_name):
-            raise ConfigError(
-                f"{where}: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, "
-                "'_' and '-', at most 64); pass name=... to choose a valid one"
-            )
+        _check_name(where, tool_name, "; pass name=... to choose a valid one")
         if tool_name in self._tools:
             raise ConfigError(
                 f"{where} is already registered; tool names must be unique, "
@@ -352,38 +316,26 @@ class ToolRegistry:
             f"{where}: timeout_s", timeout_s, above=True, none="no limit", unit=" of seconds"
         )
         _check_approval(where, approval)
-        target = _implementation(func)
-        summary, arg_docs = _documentation(where, func, target)
-        signature = _Signature.read(where, tool_name, func, target, arg_docs)
-        spec: dict[str, Any] = {
-            "type": "function",
-            "function": {
-                "name": tool_name,
-                "description": summary,
-                "parameters": signature.schema,
-            },
-        }
-        code = getattr(target, "__code__", None)
-        registered = Tool(
-            name=tool_name,
-            description=summary,
-            function=func,
-            spec=spec,
-            arguments_model=signature.model,
-            replay=policy,
-            reconcile_hook=reconcile,
-            completion_marker=bool(completion_marker),
-            is_async=_is_async(func, target),
-            context_parameter=signature.context_parameter,
-            source_file=code.co_filename if code is not None else None,
-            timeout_s=None if timeout_s is None else float(timeout_s),
-            approval=approval,
-            _params=signature.params,
-            _call_order=signature.call_order,
+        signature = read_function(where, tool_name, func)
+        return self._add(
+            Tool(
+                name=tool_name,
+                description=signature.description,
+                function=func,
+                spec=_spec(tool_name, signature.description, signature.schema),
+                arguments_model=signature.model,
+                replay=policy,
+                reconcile_hook=reconcile,
+                completion_marker=bool(completion_marker),
+                is_async=signature.is_async,
+                context_parameter=signature.context_parameter,
+                source_file=signature.source_file,
+                timeout_s=None if timeout_s is None else float(timeout_s),
+                approval=approval,
+                _params=signature.params,
+                _call_order=signature.call_order,
+            )
         )
-        self._tools[tool_name] = registered
-        self._specs = None
-        return registered
 
     def register_external(
         self,
@@ -421,40 +373,35 @@ class ToolRegistry:
                 :meth:`register`). Nothing is registered then.
         """
         where = f"tool {name!r}" + (f" (from {origin})" if origin else "")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ConfigError(
-                f"{where}: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, "
-                "'_' and '-', at most 64)"
-            )
+        _check_name(where, name, "")
         if name in self._tools:
             raise ConfigError(f"{where}: a tool of that name is already registered")
         if not isinstance(parameters, Mapping):
             raise ConfigError(f"{where}: its parameters schema must be a JSON object")
         policy = _replay_policy(where, replay, reconcile)
         _check_approval(where, approval)
-        schema = _json_copy(parameters)
-        spec: dict[str, Any] = {
-            "type": "function",
-            "function": {"name": name, "description": description, "parameters": schema},
-        }
-        registered = Tool(
-            name=name,
-            description=description,
-            function=call,
-            spec=spec,
-            arguments_model=None,
-            replay=policy,
-            reconcile_hook=reconcile,
-            completion_marker=bool(completion_marker),
-            is_async=True,
-            origin=origin,
-            approval=approval,
-            _validate=validate,
-            _external=call,
+        return self._add(
+            Tool(
+                name=name,
+                description=description,
+                function=call,
+                spec=_spec(name, description, _json_copy(parameters)),
+                arguments_model=None,
+                replay=policy,
+                reconcile_hook=reconcile,
+                completion_marker=bool(completion_marker),
+                is_async=True,
+                origin=origin,
+                approval=approval,
+                _validate=validate,
+                _external=call,
+            )
         )
-        self._tools[name] = registered
-        self._specs = None
-        return registered
+
+    def _add(self, tool: Tool) -> Tool:
+        self._tools[tool.name] = tool
+        self._specs = None  # specs() builds them again
+        return tool
 
     def specs(self) -> tuple[ToolSpec, ...]:
         """The tool specs, in registration order (cached until a tool is added). Deterministic:
@@ -479,6 +426,22 @@ class ToolRegistry:
 
     def __repr__(self) -> str:
         return f"ToolRegistry({list(self._tools)!r})"
+
+
+def _check_name(where: str, name: object, fix: str) -> None:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError(
+            f"{where}: a tool name must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, "
+            f"'_' and '-', at most 64){fix}"
+        )
+
+
+def _spec(name: str, description: str, parameters: dict[str, Any]) -> ToolSpec:
+    """The OpenAI tool spec the model sees."""
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
 def _json_copy(value: Any) -> Any:
@@ -517,181 +480,3 @@ def _replay_policy(where: str, replay: object, hook: ReconcileHook | None) -> Re
     if hook is not None and not callable(hook):
         raise ConfigError(f"{where}: reconcile must be callable, got {hook!r}")
     return policy
-
-
-def _documentation(
-    where: str, func: Callable[..., Any], target: Callable[..., Any]
-) -> tuple[str, dict[str, str]]:
-    """The description (first paragraph) and the ``Args:`` descriptions by parameter name."""
-    doc = inspect.getdoc(target if isinstance(func, functools.partial) else func)
-    if not doc and not inspect.isroutine(func):
-        doc = inspect.getdoc(target)
-    if not doc or not doc.strip():
-        raise ConfigError(
-            f"{where} has no docstring; the model reads it as the tool's description, "
-            "so write one saying what the tool does"
-        )
-    description = summary(doc)
-    if not description:
-        raise ConfigError(
-            f"{where}: its docstring starts with a section; begin it with a line saying what "
-            "the tool does (the model reads it as the tool's description)"
-        )
-    return description, arg_descriptions(doc)
-
-
-@dataclass(frozen=True, slots=True)
-class _Signature:
-    """What a function's signature gives a tool: the arguments model and its JSON schema, the
-    schema parameters, the call order and the injected ``ToolContext`` parameter."""
-
-    model: type[pydantic.BaseModel]
-    schema: dict[str, Any]
-    params: tuple[_Param, ...]
-    call_order: tuple[tuple[str, bool], ...]
-    context_parameter: str | None
-
-    @classmethod
-    def read(
-        cls,
-        where: str,
-        tool_name: str,
-        func: Callable[..., Any],
-        target: Callable[..., Any],
-        arg_docs: dict[str, str],
-    ) -> _Signature:
-        try:
-            signature = inspect.signature(func)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: cannot read its signature: {exc}") from exc
-        try:
-            hints = typing.get_type_hints(target, include_extras=True)
-        except Exception as exc:
-            raise ConfigError(
-                f"{where}: cannot resolve its annotations ({type(exc).__name__}: {exc}); "
-                "import the annotated types at module level"
-            ) from exc
-
-        undocumented = dict(arg_docs)
-        params: list[_Param] = []
-        call_order: list[tuple[str, bool]] = []
-        fields: dict[str, Any] = {}
-        context_param: str | None = None
-        for index, p in enumerate(signature.parameters.values()):
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                star = "*" if p.kind is p.VAR_POSITIONAL else "**"
-                raise ConfigError(
-                    f"{where}, parameter {star}{p.name}: tools cannot take *args or **kwargs "
-                    "(the model needs a fixed set of named arguments)"
-                )
-            positional = p.kind is p.POSITIONAL_ONLY
-            call_order.append((p.name, positional))
-            described = undocumented.pop(p.name, None)
-            annotation = hints.get(p.name, Any)
-            if _is_context(annotation):
-                if context_param is not None:
-                    raise ConfigError(
-                        f"{where}, parameter {p.name!r}: only one ToolContext parameter is "
-                        f"allowed (already {context_param!r})"
-                    )
-                context_param = p.name
-                continue
-            _check_json_schema(where, p.name, annotation)
-            field_name = f"p{index}"
-            default: Any = ... if p.default is p.empty else p.default
-            info = (
-                pydantic.Field(default, alias=p.name)
-                if described is None
-                else pydantic.Field(default, alias=p.name, description=described)
-            )
-            fields[field_name] = (annotation, info)
-            params.append(_Param(p.name, field_name))
-        if undocumented:
-            raise ConfigError(
-                f"{where}: its docstring's Args section documents {sorted(undocumented)}, "
-                "which are not parameters of the function; fix the docstring"
-            )
-        try:
-            model: type[pydantic.BaseModel] = pydantic.create_model(
-                tool_name, __config__=pydantic.ConfigDict(extra="forbid"), **fields
-            )
-            schema = _strip_titles(model.model_json_schema())
-        except Exception as exc:
-            raise ConfigError(
-                f"{where}: cannot build its argument schema ({type(exc).__name__}: {exc})"
-            ) from exc
-        return cls(model, schema, tuple(params), tuple(call_order), context_param)
-
-
-def _check_json_schema(where: str, param: str, annotation: Any) -> None:
-    try:
-        pydantic.TypeAdapter(annotation).json_schema()
-    except Exception as exc:
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
-        raise ConfigError(
-            f"{where}, parameter {param!r}: its type {_type_name(annotation)} cannot be "
-            f"expressed as JSON schema ({type(exc).__name__}: {first_line}); use JSON-like "
-            "types (str, int, float, bool, list, dict, enums, pydantic models)"
-        ) from exc
-
-
-def _is_async(func: Callable[..., Any], target: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(func):
-        return True
-    # An object whose __call__ is a coroutine function.
-    return (
-        not inspect.isroutine(func)
-        and not isinstance(func, functools.partial)
-        and inspect.iscoroutinefunction(target)
-    )
-
-
-def _implementation(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The function whose annotations, docstring and code describe ``func``: through
-    ``functools.partial`` and ``functools.wraps`` layers, and to ``__call__`` of an object."""
-    target: Any = func
-    while isinstance(target, functools.partial):
-        target = target.func
-    target = inspect.unwrap(target)
-    if not inspect.isroutine(target):
-        target = inspect.unwrap(type(target).__call__)
-    return typing.cast(Callable[..., Any], target)
-
-
-def _is_context(annotation: Any) -> bool:
-    """``ToolContext``, ``ToolContext | None`` or ``Annotated[ToolContext, ...]``."""
-    if annotation is ToolContext:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _is_context(typing.get_args(annotation)[0])
-    if origin is typing.Union or origin is types.UnionType:
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return len(members) == 1 and members[0] is ToolContext
-    return False
-
-
-def _type_name(annotation: Any) -> str:
-    if isinstance(annotation, type):
-        return annotation.__qualname__
-    return repr(annotation)
-
-
-def _strip_titles(schema: Any) -> Any:
-    """Drop pydantic's ``title`` keywords, keeping properties or definitions *named* title
-    and leaving values (``default``, ``enum``, ``const``, ``examples``) untouched."""
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key in _SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: _strip_titles(sub) for name, sub in value.items()}
-        elif key in _SCHEMA_LISTS and isinstance(value, list):
-            out[key] = [_strip_titles(sub) for sub in value]
-        elif key in _SCHEMA_ONE:
-            out[key] = _strip_titles(value)
-        else:
-            out[key] = value
-    return out

@@ -31,7 +31,6 @@ import stat
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
 from polyloop.types import ActionStatus, ConfigError, Outcome
@@ -113,12 +112,7 @@ class Located:
     def __enter__(self) -> Located:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -325,6 +319,16 @@ class Workspace:
         def refused(exc: OSError) -> Refused:
             return Refused(t.os_error.format(path=path, reason=exc.strerror or exc))
 
+        def lstat(part: str) -> os.stat_result | None:
+            """The status of ``part`` in ``fds[-1]`` itself (a symlink is not followed);
+            None when it does not exist."""
+            try:
+                return os.stat(part, dir_fd=fds[-1], follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise refused(exc) from None
+
         try:
             while True:
                 if links > _MAX_LINKS:
@@ -342,12 +346,9 @@ class Workspace:
                     names.pop()
                     continue
                 if not todo:  # the last component: looked at, not opened
-                    try:
-                        st = os.stat(part, dir_fd=fds[-1], follow_symlinks=False)
-                    except FileNotFoundError:
+                    st = lstat(part)
+                    if st is None:
                         return found(part, None)
-                    except OSError as exc:
-                        raise refused(exc) from None
                     if stat.S_ISLNK(st.st_mode):
                         links += 1
                         self._follow(part, fds, names, todo, path)
@@ -375,21 +376,14 @@ class Workspace:
                     if not isinstance(exc, NotADirectoryError) and exc.errno != _ELOOP:
                         raise refused(exc) from None
                     # a symlink or a file: O_NOFOLLOW | O_DIRECTORY refuses both
-                    try:
-                        st = os.stat(part, dir_fd=fds[-1], follow_symlinks=False)
-                    except FileNotFoundError:
-                        links += 1  # gone meanwhile: look again
+                    st = lstat(part)
+                    if st is None or stat.S_ISDIR(st.st_mode):
+                        links += 1  # gone, or a directory again, meanwhile: look again
                         todo.append(part)
                         continue
-                    except OSError as exc:
-                        raise refused(exc) from None
                     if stat.S_ISLNK(st.st_mode):
                         links += 1
                         self._follow(part, fds, names, todo, path)
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        links += 1  # a directory again: look again
-                        todo.append(part)
                         continue
                     if create:
                         raise Refused(t.parent_not_directory.format(path=path)) from None
