@@ -113,6 +113,23 @@ def test_inspect_eval_runs_the_sample_as_a_journaled_polyloop_run(ev: Eval) -> N
     assert ev.executions() == ["add 2 3", "multiply 4 5"]
 
 
+def test_each_sample_and_epoch_is_its_own_run_in_one_shared_journal(ev: Eval) -> None:
+    log = ev.eval("add", "-T", "samples=3", "--epochs", "2", "--max-samples", "6")
+
+    samples = log.samples or []
+    assert len(samples) == 6
+    ids = {
+        (s.id, s.epoch): s.metadata["polyloop"]["run_id"]
+        for s in samples
+        if s.output.completion == ANSWER
+    }
+    assert ids == {(i, e): sample_run_id(log.eval.task_id, i, e) for i in (1, 2, 3) for e in (1, 2)}
+    assert sorted(ev.journal("SELECT run_id, stop_reason FROM runs")) == sorted(
+        (run_id, "agent_finished") for run_id in ids.values()
+    )
+    assert ev.executions() == ["add 2 3"] * 6
+
+
 @pytest.mark.parametrize(
     ("option", "stop_reason"),
     [
