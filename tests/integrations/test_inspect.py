@@ -17,8 +17,8 @@ from inspect_ai.agent import AgentState
 from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import ChatMessageUser
 
-from polyloop import ConfigError
-from polyloop.integrations.inspect import polyloop_agent, sample_run_id
+from polyloop import ConfigError, Limits
+from polyloop.integrations.inspect import budgets, polyloop_agent, sample_run_id
 from polyloop.integrations.inspect._model import _failure
 
 HERE = Path(__file__).parent
@@ -228,3 +228,23 @@ def test_a_generate_failure_is_a_model_call_error_inspect_already_retried(
     assert error.kind == kind
     assert error.retryable is False
     assert "after Inspect's retries" in str(error)
+
+
+def test_the_sample_limits_tighten_the_budgets_and_never_loosen_them() -> None:
+    base = Limits(max_steps=30, max_tokens=1000, max_seconds=600.0, max_actions=7)
+    tight = budgets(
+        base,
+        conversation=2,
+        message_limit=9,
+        turns_left=10,
+        tokens_left=400,
+        seconds_left=100.0,
+    )
+    assert (tight.max_steps, tight.max_tokens, tight.max_seconds) == (3, 400, 94.0)
+    assert tight.max_actions == 7
+    assert budgets(base, conversation=2, turns_left=2).max_steps == 2
+    loose = budgets(base, conversation=2, message_limit=1000, tokens_left=10**6, seconds_left=10**5)
+    assert (loose.max_steps, loose.max_tokens, loose.max_seconds) == (30, 1000, 600.0)
+    assert budgets(Limits(), conversation=2).max_tokens is None
+    spent = budgets(base, conversation=2, message_limit=2, tokens_left=-5, seconds_left=0.5)
+    assert (spent.max_steps, spent.max_tokens, spent.max_seconds) == (1, 1, 0.001)

@@ -20,7 +20,7 @@ from ...tools import ToolRegistry
 from ...types import DEFAULT_TEMPLATES, ConfigError, Limits, RunNotFound, RunResult, StopReason
 from ._messages import Converter, from_inspect
 from ._model import InspectModel
-from ._sample import Sample, budgets, current_sample
+from ._sample import Sample, current_sample, sample_budgets
 
 __all__ = ["METADATA_KEY", "polyloop_agent"]
 
@@ -139,7 +139,7 @@ def polyloop_agent(
         model = InspectModel(config=config)
         brings_system = bool(history) and history[0]["role"] == "system"
         conversation = len(history) + 1 + (0 if brings_system or not prompt else 1)
-        run_limits = budgets(base, conversation)
+        run_limits = sample_budgets(base, conversation)
         suspended = (
             suspend_token_limit() if run_limits.max_tokens is not None else contextlib.nullcontext()
         )

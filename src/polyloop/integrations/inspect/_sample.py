@@ -16,7 +16,14 @@ from inspect_ai.util import sample_limits
 
 from ...types import ConfigError, Limits
 
-__all__ = ["JOURNAL_ENV", "Sample", "budgets", "current_sample", "sample_run_id"]
+__all__ = [
+    "JOURNAL_ENV",
+    "Sample",
+    "budgets",
+    "current_sample",
+    "sample_budgets",
+    "sample_run_id",
+]
 
 JOURNAL_ENV = "POLYLOOP_INSPECT_JOURNAL"
 """The environment variable naming the SQLite journal file when ``journal=`` is not given."""
@@ -112,37 +119,57 @@ MESSAGES_PER_STEP = 2
 """Messages one step adds to the conversation: the model's and the tool result."""
 
 
-def budgets(base: Limits, conversation: int) -> Limits:
-    """``base`` tightened by what is left of the sample's limits (each only when it is set):
+def budgets(
+    base: Limits,
+    *,
+    conversation: int,
+    message_limit: float | None = None,
+    turns_left: float | None = None,
+    tokens_left: float | None = None,
+    seconds_left: float | None = None,
+) -> Limits:
+    """``base`` tightened by what is left of a sample's limits (each only when it is set):
 
-    * ``message_limit``: ``max_steps`` at most ``(limit - conversation) // 2``, at least 1:
-      each step adds two messages (the model's turn and the tool result) to the
-      ``conversation`` messages the run starts with, and Inspect refuses a model call once
-      the conversation holds ``limit`` messages;
-    * ``turn_limit``: ``max_steps`` at most the turns left;
-    * ``token_limit``: ``max_tokens`` at most the tokens left (PolyLoop counts input plus
-      output tokens of every attempt);
-    * ``time_limit`` and ``working_limit``: ``max_seconds`` at most the seconds left of the
-      smaller, less a margin (1 s plus 5 % of it), so that the run ends ``time_budget``
-      before Inspect's own timer cancels the sample.
+    * ``message_limit``: ``max_steps`` at most ``(message_limit - conversation) // 2``: each
+      step adds two messages (the model's turn and the tool result) to the ``conversation``
+      messages the run starts with, and Inspect refuses a model call once the conversation
+      holds ``message_limit`` messages;
+    * ``turns_left`` (of ``turn_limit``): ``max_steps`` at most that;
+    * ``tokens_left`` (of ``token_limit``): ``max_tokens`` at most that (PolyLoop counts input
+      plus output tokens of every attempt);
+    * ``seconds_left`` (the lesser of ``time_limit``'s and ``working_limit``'s): ``max_seconds``
+      at most that less a margin of 1 s plus 5 %, so that the run ends ``time_budget`` before
+      Inspect's own timer cancels the sample.
 
+    Each is at least 1 (1 ms for seconds): a limit already used up leaves the run one step,
+    whose model call Inspect then refuses (``llm_error``, kind ``inspect_limit``).
     ``cost_limit`` is not mapped: Inspect's own check refuses the call that would cross it.
     """
-    limits = sample_limits()
     steps = base.max_steps
-    message_limit = limits.message.limit
     if message_limit is not None:
         steps = min(steps, max(1, (int(message_limit) - conversation) // MESSAGES_PER_STEP))
-    turns = limits.turn.remaining
-    if turns is not None:
-        steps = min(steps, max(1, int(turns)))
+    if turns_left is not None:
+        steps = min(steps, max(1, int(turns_left)))
     tokens = base.max_tokens
-    left = limits.token.remaining
-    if left is not None:
-        tokens = max(1, int(left)) if tokens is None else min(tokens, max(1, int(left)))
+    if tokens_left is not None:
+        left = max(1, int(tokens_left))
+        tokens = left if tokens is None else min(tokens, left)
     seconds = base.max_seconds
-    for remaining in (limits.time.remaining, limits.working.remaining):
-        if remaining is not None:
-            room = max(remaining - 1.0 - 0.05 * remaining, 0.001)
-            seconds = room if seconds is None else min(seconds, room)
+    if seconds_left is not None:
+        room = max(seconds_left - 1.0 - 0.05 * seconds_left, 0.001)
+        seconds = room if seconds is None else min(seconds, room)
     return replace(base, max_steps=steps, max_tokens=tokens, max_seconds=seconds)
+
+
+def sample_budgets(base: Limits, conversation: int) -> Limits:
+    """:func:`budgets` with what is left of the running sample's limits."""
+    limits = sample_limits()
+    times = [t for t in (limits.time.remaining, limits.working.remaining) if t is not None]
+    return budgets(
+        base,
+        conversation=conversation,
+        message_limit=limits.message.limit,
+        turns_left=limits.turn.remaining,
+        tokens_left=limits.token.remaining,
+        seconds_left=min(times) if times else None,
+    )
