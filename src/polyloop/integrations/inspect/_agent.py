@@ -106,9 +106,14 @@ def polyloop_agent(
     output is the final answer (``state.output.completion``; "" when the run ended without
     one, e.g. on a budget), and ``metadata["polyloop"]`` and ``store()["polyloop"]`` hold
     ``run_id``, ``stop_reason``, ``stop_detail``, ``steps_used``, ``actions_executed``,
-    ``tokens``, ``cost_usd``, ``active_s`` and ``journal``. A run that does not end (it
-    parked for an approval, or the sample was cancelled by an Inspect limit or an interrupt)
-    raises as ``Loop.run`` does; its journaled steps stay for the retry.
+    ``tokens``, ``cost_usd``, ``active_s`` and ``journal``. A run that parks for an approval
+    raises ``ApprovalRequired`` (the sample errors; a retry after the decision resumes it).
+
+    A crash (the process killed, the machine lost) leaves the run resumable, and so does an
+    interrupted ``inspect eval`` (SIGINT: Inspect exits without ending its samples). A sample
+    that Inspect cancels while the eval goes on (its ``time_limit`` passing despite the
+    budget) is a cancellation of the run: its end record is ``cancelled`` (PolyLoop's
+    cancellation contract), so a retry gets that ended run back, with no model call.
 
     Args:
         tools: the run's tools (PolyLoop tools; add Inspect tools with
