@@ -131,8 +131,9 @@ def polyloop_agent(
             budget ends the run.
 
     Raises:
-        ConfigError: at a sample, outside an Inspect sample, or its conversation does not end
-            with a user message, or the log is remote and no journal is named.
+        ConfigError: when the agent runs: not inside an Inspect sample, the sample's
+            conversation does not end with a user message, or the eval log is remote and no
+            journal is named.
     """
     base = limits if limits is not None else Limits()
     registry = tools if tools is not None else ToolRegistry()
