@@ -256,12 +256,16 @@ _value = attrgetter("value")
 _to_dict = methodcaller("to_dict")
 
 
-def _when_set(name: str, write: Callable[[Any], Any] | None = None, read: Any = None) -> _Key:
+def _when_set(
+    name: str, write: Callable[[Any], Any] | None = None, read: Callable[[Any], Any] | None = None
+) -> _Key:
     """A key added after its kind: left out while None, read as None when missing."""
     return _Key(name, write, read, None, _is_none)
 
 
-def _maybe(name: str, write: Callable[[Any], Any] | None = None, read: Any = None) -> _Key:
+def _maybe(
+    name: str, write: Callable[[Any], Any] | None = None, read: Callable[[Any], Any] | None = None
+) -> _Key:
     """A key always written, read as None when missing."""
     return _Key(name, write, read, None)
 
