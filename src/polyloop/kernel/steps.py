@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..types import (
+    STEP_SCHEMA_VERSION,
     Action,
     ModelReply,
     Outcome,
@@ -26,26 +27,64 @@ __all__ = [
 ]
 
 
+def _step(
+    step_idx: int,
+    reply: ModelReply | None,
+    llm_call_id: str | None,
+    prompt_chars: int,
+    wall_ms: float,
+    replaced_chars: int,
+    model: str | None,
+    *,
+    parse_ok: bool = True,
+    parse_error: str | None = None,
+    action: Action | None = None,
+    observation: str | None = None,
+    synthetic: bool = False,
+    truncated_chars: int = 0,
+    args_json: str | None = None,
+    outcome: Outcome | None = None,
+    outcome_unknown: str | None = None,
+) -> StepRecord:
+    """The one builder of every kind of step record: what the model replied (``reply``; None
+    for a model failure) and the kind's own fields (the action and its ``outcome``, or none)."""
+    if reply is None:
+        raw, n_text, n_reason = "", 0, 0
+    else:
+        raw, n_text, n_reason = raw_response_of(reply), len(reply.text), len(reply.reasoning or "")
+    # Positional, in StepRecord's field order: every step is built here, and a call by
+    # keyword costs more per field.
+    return StepRecord(
+        step_idx,
+        raw,
+        n_text,
+        n_reason,
+        None if action is None else action.text,
+        parse_ok,
+        parse_error,
+        observation,
+        synthetic,
+        truncated_chars,
+        prompt_chars,
+        llm_call_id,
+        wall_ms,
+        None if action is None else action.tool_name,
+        args_json,
+        None if outcome is None else outcome.status,
+        False if outcome is None else outcome.completed,
+        STEP_SCHEMA_VERSION,
+        replaced_chars,
+        model,
+        False,  # wrap_up: the wrap-up call's step is a copy (kernel/wrap_up.py)
+        outcome_unknown,
+    )
+
+
 def model_failure_step(
     step_idx: int, prompt_chars: int, wall_ms: float, replaced_chars: int = 0
 ) -> StepRecord:
     """C: the only step with ``parse_ok=False`` and ``parse_error=None``."""
-    return StepRecord(
-        step_idx=step_idx,
-        raw_response="",
-        response_chars=0,
-        reasoning_chars=0,
-        action=None,
-        parse_ok=False,
-        parse_error=None,
-        observation=None,
-        observation_synthetic=False,
-        observation_truncated_chars=0,
-        prompt_chars=prompt_chars,
-        llm_call_id=None,
-        step_wall_ms=wall_ms,
-        replaced_chars=replaced_chars,
-    )
+    return _step(step_idx, None, None, prompt_chars, wall_ms, replaced_chars, None, parse_ok=False)
 
 
 def model_failures_in_a_row(steps: Sequence[StepRecord], most: int) -> int:
@@ -59,10 +98,6 @@ def model_failures_in_a_row(steps: Sequence[StepRecord], most: int) -> int:
     return n
 
 
-def _reply_fields(reply: ModelReply) -> tuple[str, int, int]:
-    return raw_response_of(reply), len(reply.text), len(reply.reasoning or "")
-
-
 def invalid_step(
     step_idx: int,
     reply: ModelReply,
@@ -74,23 +109,16 @@ def invalid_step(
     model: str | None = None,
 ) -> StepRecord:
     """D: an invalid decision; ``parse_error`` is the feedback sent to the model."""
-    raw, n_text, n_reason = _reply_fields(reply)
-    return StepRecord(
-        step_idx=step_idx,
-        raw_response=raw,
-        response_chars=n_text,
-        reasoning_chars=n_reason,
-        action=None,
+    return _step(
+        step_idx,
+        reply,
+        llm_call_id,
+        prompt_chars,
+        wall_ms,
+        replaced_chars,
+        model,
         parse_ok=False,
         parse_error=feedback,
-        observation=None,
-        observation_synthetic=False,
-        observation_truncated_chars=0,
-        prompt_chars=prompt_chars,
-        llm_call_id=llm_call_id,
-        step_wall_ms=wall_ms,
-        replaced_chars=replaced_chars,
-        model=model,
     )
 
 
@@ -105,23 +133,16 @@ def final_answer_step(
     model: str | None = None,
 ) -> StepRecord:
     """E: a final answer; a steered one carries the guard's feedback as synthetic observation."""
-    raw, n_text, n_reason = _reply_fields(reply)
-    return StepRecord(
-        step_idx=step_idx,
-        raw_response=raw,
-        response_chars=n_text,
-        reasoning_chars=n_reason,
-        action=None,
-        parse_ok=True,
-        parse_error=None,
+    return _step(
+        step_idx,
+        reply,
+        llm_call_id,
+        prompt_chars,
+        wall_ms,
+        replaced_chars,
+        model,
         observation=steer_feedback,
-        observation_synthetic=steer_feedback is not None,
-        observation_truncated_chars=0,
-        prompt_chars=prompt_chars,
-        llm_call_id=llm_call_id,
-        step_wall_ms=wall_ms,
-        replaced_chars=replaced_chars,
-        model=model,
+        synthetic=steer_feedback is not None,
     )
 
 
@@ -141,27 +162,20 @@ def action_step(
 ) -> StepRecord:
     """F: executed, not executed, or env error. The observation is kept in full;
     ``observation_truncated_chars`` is PolyLoop's cut plus the tool's own."""
-    raw, n_text, n_reason = _reply_fields(reply)
-    return StepRecord(
-        step_idx=step_idx,
-        raw_response=raw,
-        response_chars=n_text,
-        reasoning_chars=n_reason,
-        action=action.text,
-        parse_ok=True,
-        parse_error=None,
+    return _step(
+        step_idx,
+        reply,
+        llm_call_id,
+        prompt_chars,
+        wall_ms,
+        replaced_chars,
+        model,
+        action=action,
         observation=outcome.observation,
-        observation_synthetic=outcome.synthetic,
-        observation_truncated_chars=kernel_cut + outcome.truncated_chars,
-        prompt_chars=prompt_chars,
-        llm_call_id=llm_call_id,
-        step_wall_ms=wall_ms,
-        tool_name=action.tool_name,
-        tool_args_json=args_json,
-        action_status=outcome.status,
-        completed=outcome.completed,
-        replaced_chars=replaced_chars,
-        model=model,
+        synthetic=outcome.synthetic,
+        truncated_chars=kernel_cut + outcome.truncated_chars,
+        args_json=args_json,
+        outcome=outcome,
         outcome_unknown=outcome_unknown,
     )
 

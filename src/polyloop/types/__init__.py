@@ -1,5 +1,6 @@
 """PolyLoop's value types: no I/O, no imports from the rest of PolyLoop (layout.md rule 1)."""
 
+from ._canonical import canonical_json
 from ._checks import check_number
 from ._enums import ActionStatus, ReplayPolicy, StopReason
 from ._errors import (
@@ -45,6 +46,19 @@ from ._guards import (
     Verdict,
 )
 from ._ledger import FailureKnown, FailureSeen, TestEdit
+from ._limits import Limits, RetryPolicy
+from ._model_io import (
+    Action,
+    Decision,
+    FinalAnswer,
+    InvalidDecision,
+    Message,
+    ModelReply,
+    ModelRequest,
+    ToolCall,
+    ToolSpec,
+    raw_response_of,
+)
 from ._nesting import (
     MAX_NESTING,
     NestedTooDeeply,
@@ -60,7 +74,6 @@ from ._records import (
     ApprovalRequested,
     ApprovedActionStarted,
     ErrorInfo,
-    Lease,
     LimitsChanged,
     ModelAttemptFailed,
     ModelFailure,
@@ -69,14 +82,10 @@ from ._records import (
     PendingAction,
     Record,
     RunEnd,
-    RunResult,
-    RunSpec,
     RunTotals,
     StepWritten,
-    Turn,
-    record_from_dict,
-    record_to_dict,
 )
+from ._records_form import record_from_dict, record_to_dict
 from ._records_json import record_json
 from ._report import (
     Conflict,
@@ -88,33 +97,13 @@ from ._report import (
     detect_pattern,
 )
 from ._requests import EndRequest, RequestHappened, RequestKind, RequestResult
+from ._runs import Lease, RunResult, RunSpec, Turn
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
-from ._usage import usage_refusal
-from ._values import (
-    TAMPERING_SIGNS,
-    Action,
-    Decision,
-    Escalation,
-    Failure,
-    FileEdit,
-    FinalAnswer,
-    InvalidDecision,
-    Limits,
-    Message,
-    ModelReply,
-    ModelRequest,
-    Outcome,
-    Pricing,
-    RetryPolicy,
-    ToolCall,
-    ToolContext,
-    ToolSpec,
-    Usage,
-    canonical_json,
-    raw_response_of,
-)
+from ._tool_context import ToolContext
+from ._usage import Pricing, Usage, usage_refusal
+from ._values import TAMPERING_SIGNS, Escalation, Failure, FileEdit, Outcome
 
 __all__ = [
     "DEFAULT_TEMPLATES",

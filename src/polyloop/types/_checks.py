@@ -1,5 +1,6 @@
 """What a number PolyLoop is given must be: the checks of settings (a ``ConfigError`` at
-construction) and of the numbers a provider reports (refused, never trusted, never fatal).
+construction) and of the numbers a provider reports (refused, never trusted, never fatal);
+and the error of a value type's field that breaks its contract (``MalformedValue``).
 
 A setting is a finite int or float, never a bool, within its range; where "no limit" or
 "never" means something, it is None, never ``inf``. A reported token count is an int from 0 to
@@ -12,11 +13,12 @@ import math
 import reprlib
 import sys
 
-from ._errors import ConfigError
+from ._errors import ConfigError, MalformedValue
 
 __all__ = [
     "MAX_PRICE_PER_MTOK",
     "MAX_REPORTED",
+    "bad_value",
     "check_amount",
     "check_limit",
     "check_number",
@@ -109,3 +111,13 @@ def trusted_cost(value: object) -> float | None:
     if (type(value) is float or type(value) is int) and 0 <= value <= MAX_REPORTED:  # NaN fails
         return float(value)
     return None
+
+
+def bad_value(field: str, expected: str, value: object) -> MalformedValue:
+    """The error of a field that breaks its type's contract (``Outcome.completed`` ...)."""
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:79] + "…"
+    if value is not None:
+        shown += f" ({type(value).__name__})"
+    return MalformedValue(f"{field} must be {expected}, got {shown}")

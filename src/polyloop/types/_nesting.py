@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._values import canonical_json
+from ._canonical import canonical_json
 
 __all__ = [
     "MAX_NESTING",

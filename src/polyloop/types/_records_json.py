@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ._canonical import canonical_json
+from ._model_io import ModelReply, ToolCall
 from ._records import (
     ActionIntent,
     ActionResult,
@@ -18,11 +20,10 @@ from ._records import (
     ModelResult,
     Record,
     StepWritten,
-    outcome_to,
-    record_to_dict,
 )
+from ._records_form import outcome_to, record_to_dict
 from ._step import StepRecord
-from ._values import ModelReply, Outcome, ToolCall, canonical_json
+from ._values import Outcome
 
 __all__ = ["record_json"]
 

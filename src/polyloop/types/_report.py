@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from ._canonical import canonical_json
 from ._ledger import TestEdit
-from ._values import Escalation, Failure, canonical_json
+from ._values import Escalation, Failure
 
 __all__ = [
     "Conflict",

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ._canonical import canonical_json
 from ._enums import ActionStatus
 from ._errors import JournalError
 from ._fast import fast_init
-from ._values import canonical_json
 
 __all__ = ["STEP_SCHEMA_VERSION", "StepRecord"]
 
