@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import dataclasses
@@ -502,18 +501,6 @@ async def test_a_response_cut_off_mid_body_is_a_retryable_connection_error(
     assert top_module(type(info.value.__cause__)) in expected
 
 
-async def test_cancellation_propagates(model: GeminiModel, fake: FakeGeminiServer) -> None:
-    fake.script(hang())
-    task = asyncio.create_task(model.complete(request()))
-    for _ in range(500):
-        if fake.requests:
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
 def test_exceptions_that_are_neither_the_sdks_nor_its_transports_are_not_translated() -> None:
     assert _translate(RuntimeError("a bug"), genai.errors, "here") is None
     assert _translate(ValueError("x"), genai.errors, "here") is None
@@ -602,14 +589,6 @@ def test_repr_never_shows_the_key_or_url_credentials() -> None:
     shown = repr(m)
     assert KEY not in shown and "pw" not in shown
     assert "gemini-test" in shown and "***@gemini.example.com" in shown
-
-
-async def test_a_key_echoed_by_the_server_is_masked_in_the_error(fake: FakeGeminiServer) -> None:
-    fake.script(error(401, f"invalid key {KEY} for this proxy", "UNAUTHENTICATED"))
-    async with GeminiModel("gemini-test", base_url=fake.url, api_key=KEY) as m:
-        with pytest.raises(ModelCallError) as info:
-            await m.complete(request())
-    assert KEY not in info.value.message and "invalid key ***" in info.value.message
 
 
 async def test_aclose_is_idempotent(fake: FakeGeminiServer) -> None:
