@@ -32,10 +32,7 @@ USAGE: Final = UsageFields(
     ("cache_read_input_tokens",),
     ("output_tokens_details", "thinking_tokens"),
 )
-"""The input is ``input_tokens`` plus the cache's reads and writes (Anthropic counts them
-apart; PolyLoop's input is everything the prompt cost), the cached tokens the reads among
-them; the output ``output_tokens`` (thinking included), the reasoning its
-``output_tokens_details.thinking_tokens``."""
+"""Where Anthropic's usage holds each count (``AnthropicModel``'s docstring says why)."""
 
 
 def reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]:

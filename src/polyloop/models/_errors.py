@@ -1,13 +1,8 @@
-"""How every model adapter turns a failure into a ``ModelCallError``, with no SDK imported.
-
-An adapter says only what its SDK's exceptions mean (its ``classify``: a :class:`Failure` with
-the kind, retryability and HTTP status, by the SDK's exception classes and the error shapes
-its provider sends inside a stream); :func:`translate` does the rest, the same for every
-provider: a body that is not a reply (invalid JSON, a pydantic ``ValidationError``) is a
-retryable ``bad_response``, a client error whose message says that the prompt does not fit is
-``context_length``, a retryable failure waits what the server asked (``Retry-After``,
-``retry-after-ms``, else what the provider's body says), and the message is one line, with a
-hint for what to do and the API key masked."""
+"""How every model adapter turns a failure into a ``ModelCallError``, with no SDK imported:
+the adapter's ``classify`` says what its SDK's exceptions mean (a :class:`Failure`: the kind,
+retryability and HTTP status, by the SDK's classes and the error shapes its provider sends
+inside a stream), and the :func:`translator` built on it does the rest, the same for every
+provider."""
 
 from __future__ import annotations
 
@@ -26,14 +21,15 @@ __all__ = [
     "ERROR",
     "KIND_BY_STATUS",
     "Failure",
+    "Translate",
     "by_status",
     "describe",
     "hints",
     "kind_along_mro",
     "mentions",
     "one_line",
-    "translate",
     "translating",
+    "translator",
 ]
 
 
@@ -122,25 +118,6 @@ def too_long(
     )
 
 
-def finish(
-    message: str,
-    kind: str,
-    retryable: bool,
-    retry_after: float | None,
-    *,
-    hints: Mapping[str, str],
-    secret: str | None,
-) -> ModelCallError:
-    """The ``ModelCallError`` an adapter raises: ``message`` with the hint for ``kind`` (if
-    any), and ``secret`` (the API key) masked, as some proxies echo the key they refused and
-    the message is journaled."""
-    if kind in hints:
-        message += f" ({hints[kind]})"
-    if secret and len(secret) >= 8:
-        message = message.replace(secret, "***")
-    return ModelCallError(message, retryable=retryable, retry_after=retry_after, kind=kind)
-
-
 @contextmanager
 def translating(translate: Callable[[Exception], ModelCallError | None]) -> Iterator[None]:
     """Raise ``translate(exc) from exc`` for an exception of the block; a ``ModelCallError``
@@ -197,35 +174,54 @@ def hints(
     return {"auth": auth, "permission": permission, **_SHARED_HINTS}
 
 
-def translate(
-    exc: Exception,
-    failure: Failure | None,
-    where: str,
+Translate = Callable[..., ModelCallError | None]
+
+
+def translator(
+    classify: Callable[[Exception, ModuleType], Failure | None],
     *,
     phrases: tuple[str, ...],
     hints: Mapping[str, str],
-    secret: str | None,
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for ``exc``, which the adapter's ``classify`` made ``failure``
-    of; None when it is neither a body that is not a reply nor a failure the adapter knows
-    (None: not its SDK's). ``phrases``: how the provider words "the prompt does not fit"
-    (lowercase); ``hints`` by kind; ``secret``: the API key, masked in the message, which is
-    journaled."""
-    if isinstance(exc, _NOT_A_REPLY):
-        failure = Failure("bad_response", True, body=True)
-    elif failure is None:
-        return None
-    shown = describe(exc, with_cause=failure.cause)
-    if failure.body:
-        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
-    else:
-        message = f"{type(exc).__name__} from {where}: {shown}"
-    kind, retryable = failure.kind, failure.retryable
-    if failure.said is not None and too_long(exc, kind, failure.status, phrases, *failure.said):
-        kind, retryable = "context_length", False
-    wait = None
-    if retryable:
-        wait = retry_after(getattr(exc, "response", None))
-        if wait is None:
-            wait = failure.wait
-    return finish(message, kind, retryable, wait, hints=hints, secret=secret)
+) -> Translate:
+    """An adapter's ``translate(exc, module, where, *, secret=None)``: the ``ModelCallError``
+    for ``exc``, an exception of the SDK whose exceptions ``module`` exports (or of its
+    transport), from the server and model ``where`` names; None for one that is neither (it
+    propagates unchanged). ``classify`` says what an exception of the SDK means (None: not
+    the SDK's), ``phrases`` how its provider words "the prompt does not fit" (lowercase),
+    ``hints`` what to do, by kind. Then, the same for every adapter: a body that
+    is not a reply (invalid JSON, a pydantic ``ValidationError``) is a retryable
+    ``bad_response``; a client error that says the prompt does not fit is ``context_length``;
+    a retryable failure waits what the server asked (``retry-after-ms``, ``Retry-After``, else
+    the wait its body gave); the message is one line, ends with the kind's hint, and never
+    holds the key (some proxies echo the key they refused, and the message is journaled)."""
+
+    def translate(
+        exc: Exception, module: ModuleType, where: str, *, secret: str | None = None
+    ) -> ModelCallError | None:
+        # The SDKs decode a 200 body outside their own error handling: a truncated or invalid
+        # JSON body arrives as a bare JSONDecodeError, a wrong shape as a ValidationError.
+        failure: Failure | None = Failure("bad_response", True, body=True)
+        if not isinstance(exc, _NOT_A_REPLY):
+            failure = classify(exc, module)
+        if failure is None:
+            return None
+        shown = describe(exc, with_cause=failure.cause)
+        if failure.body:
+            message = f"bad response from {where}: {type(exc).__name__}: {shown}"
+        else:
+            message = f"{type(exc).__name__} from {where}: {shown}"
+        kind, retryable = failure.kind, failure.retryable
+        if failure.said is not None and too_long(exc, kind, failure.status, phrases, *failure.said):
+            kind, retryable = "context_length", False
+        wait = None
+        if retryable:
+            wait = retry_after(getattr(exc, "response", None))
+            if wait is None:
+                wait = failure.wait
+        if kind in hints:
+            message += f" ({hints[kind]})"
+        if secret and len(secret) >= 8:
+            message = message.replace(secret, "***")
+        return ModelCallError(message, retryable=retryable, retry_after=wait, kind=kind)
+
+    return translate

@@ -33,9 +33,7 @@ USAGE: Final = UsageFields(
     ("cached_content_token_count",),
     ("thoughts_token_count",),
 )
-"""The input is ``promptTokenCount`` (``cachedContentTokenCount`` a part of it); the output
-``candidatesTokenCount`` plus ``thoughtsTokenCount`` (Gemini counts the thoughts beside the
-candidates; thinking is billed as output), the reasoning the ``thoughtsTokenCount``."""
+"""Where Gemini's usage holds each count (``GeminiModel``'s docstring says why)."""
 
 # The finish reasons of a candidate Gemini stopped for its content policy.
 _FILTERED: Final = frozenset(

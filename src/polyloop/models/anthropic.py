@@ -74,7 +74,7 @@ from ._anthropic_replies import Events, reply
 from ._anthropic_request import wire_messages, wire_tool
 from ._base import Adapter, check_max_tokens, check_model, check_stream, sdk_client
 from ._common import drain
-from ._errors import ERROR, Failure, by_status, hints, kind_along_mro, translate, translating
+from ._errors import ERROR, Failure, by_status, hints, kind_along_mro, translating, translator
 from ._http import NO_KEY_PLACEHOLDER, checked_pricing, transport_kind
 
 if TYPE_CHECKING:
@@ -283,6 +283,9 @@ class AnthropicModel(Adapter):
     client it built. ``repr()`` never shows the key.
     """
 
+    _PROVIDER = "anthropic"
+    _OWNER = "AnthropicModel"
+
     def __init__(
         self,
         model: str,
@@ -454,13 +457,4 @@ def _classify(exc: Exception, sdk: ModuleType) -> Failure | None:
     return None if entry is None else Failure(*entry)
 
 
-def _translate(
-    exc: Exception, sdk: ModuleType, where: str, *, secret: str | None = None
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK (or, in a stream, its HTTP transport)
-    raised; None if it is neither's. ``secret`` (the API key) is masked in the message, which
-    is journaled."""
-    failure = _classify(exc, sdk)
-    return translate(
-        exc, failure, where, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS, secret=secret
-    )
+_translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)

@@ -72,8 +72,8 @@ from ._errors import (
     hints,
     kind_along_mro,
     mentions,
-    translate,
     translating,
+    translator,
 )
 from ._gemini_replies import Chunks, reply
 from ._gemini_request import wire_contents, wire_declarations
@@ -191,6 +191,9 @@ class GeminiModel(Adapter):
     Use ``async with GeminiModel(...) as model:`` or call :meth:`aclose`. ``repr()`` never
     shows the key.
     """
+
+    _PROVIDER = "gemini"
+    _OWNER = "GeminiModel"
 
     def __init__(
         self,
@@ -398,12 +401,4 @@ def _classify(exc: Exception, errors: ModuleType) -> Failure | None:
     )
 
 
-def _translate(
-    exc: Exception, errors: ModuleType, where: str, *, secret: str | None = None
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK or its transport raised; None if it is
-    neither's. ``secret`` (the API key) is masked in the message: the message is journaled."""
-    failure = _classify(exc, errors)
-    return translate(
-        exc, failure, where, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS, secret=secret
-    )
+_translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)

@@ -70,8 +70,8 @@ from ._errors import (
     by_status,
     hints,
     kind_along_mro,
-    translate,
     translating,
+    translator,
 )
 from ._http import NO_KEY_PLACEHOLDER, checked_pricing
 from ._openai_replies import Chunks, reply
@@ -396,15 +396,4 @@ def _classify(exc: Exception, sdk: ModuleType) -> Failure | None:
     return Failure(kind, retryable, status, said, cause=cause)
 
 
-def _translate(
-    exc: Exception, sdk: ModuleType, where: str, *, secret: str | None = None
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK raised; None if it is not the SDK's.
-    ``secret`` (the API key) is masked in the message: some proxies echo the key they refused,
-    and the message is journaled. The SDK decodes a 200 body outside its own error handling:
-    a truncated or invalid JSON body arrives as a bare ``JSONDecodeError``, a
-    ``bad_response``."""
-    failure = _classify(exc, sdk)
-    return translate(
-        exc, failure, where, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS, secret=secret
-    )
+_translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)
