@@ -23,14 +23,22 @@ and uses up no scripted reply.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NotRequired
 
 import pydantic
 from typing_extensions import TypedDict
 
-from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
+from tests.fakes._server import (
+    SSE_HEADERS,
+    Received,
+    Reply,
+    ScriptedServer,
+    hang,
+    json_reply,
+    pieces,
+    sse,
+)
 
 __all__ = [
     "FakeOpenAIServer",
@@ -55,12 +63,7 @@ __all__ = [
 _CREATED = 1_741_570_283
 
 
-def _json(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
-    return Reply(
-        status=status,
-        body=json.dumps(obj).encode(),
-        headers=(("Content-Type", "application/json"), *headers),
-    )
+_json = json_reply
 
 
 def tool_call(name: str, arguments: str, id: str = "call_1") -> dict[str, Any]:
@@ -288,11 +291,6 @@ def dropped_connection() -> Reply:
     """Headers and half a body, then the socket closes."""
     full = completion("this reply never arrives whole").body
     return Reply(body=full, mode="drop")
-
-
-def hang() -> Reply:
-    """No response until the client goes away or the server stops."""
-    return Reply(mode="hang")
 
 
 # --- strict mode: the request shapes llama-cpp-python 0.3.x accepts -----------------------------

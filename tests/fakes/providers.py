@@ -79,7 +79,10 @@ class Provider:
     The failures, in the provider's error shapes: ``http_error(status, message, headers)``
     an error response with that status, ``too_long`` its answer to a prompt longer than the
     model's context window, ``malformed`` a 200 whose JSON is cut short, ``wrong_shape`` a 200
-    of valid JSON that is not a reply, ``dropped`` a response whose body breaks off."""
+    of valid JSON that is not a reply, ``dropped`` a response whose body breaks off.
+    ``sdk_error`` names the SDK's base exception class (``module.Class``), which the cause of
+    every failure but a ``bad_response`` is (None: not so for this SDK: google-genai lets its
+    transport's exceptions through)."""
 
     id: str
     server: type[ScriptedServer]
@@ -95,6 +98,7 @@ class Provider:
     malformed: Callable[[], Reply]
     wrong_shape: Callable[[], Reply]
     dropped: Callable[[], Reply]
+    sdk_error: str | None = None
     aiohttp: bool = False
 
     def model(self, url: str, **options: Any) -> Any:
@@ -188,6 +192,7 @@ OPENAI = Provider(
     malformed=openai.malformed_json,
     wrong_shape=lambda: Reply(body=b'{"id": "x", "object": "chat.completion"}'),
     dropped=openai.dropped_connection,
+    sdk_error="openai.OpenAIError",
 )
 
 RESPONSES = Provider(
@@ -214,6 +219,7 @@ RESPONSES = Provider(
     malformed=openai.malformed_json,
     wrong_shape=lambda: Reply(body=b'{"id": "resp_x", "object": "response"}'),
     dropped=openai.dropped_connection,
+    sdk_error="openai.OpenAIError",
 )
 
 ANTHROPIC = Provider(
@@ -240,6 +246,7 @@ ANTHROPIC = Provider(
     malformed=anthropic.malformed_json,
     wrong_shape=lambda: Reply(body=b'{"id": "msg_x", "type": "message"}'),
     dropped=anthropic.dropped_connection,
+    sdk_error="anthropic.AnthropicError",
 )
 
 

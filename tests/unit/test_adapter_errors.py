@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import importlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +51,7 @@ CASES: list[tuple[str, Callable[[Provider], Reply], str, bool, float | None]] = 
     ("429 Retry-After", status(429, "Slow down", ("Retry-After", "2")), "rate_limit", True, 2.0),
     ("429 ms", status(429, "Slow", ("retry-after-ms", "1500")), "rate_limit", True, 1.5),
     ("429 unreadable", status(429, "Slow down", ("Retry-After", "soon")), "rate_limit", True, None),
+    ("429 no header", status(429, "Slow down"), "rate_limit", True, None),
     ("500", status(500, "Internal error"), "server", True, None),
     ("503 Retry-After", status(503, "Unavailable", ("Retry-After", "7")), "server", True, 7.0),
     ("401", status(401, "Invalid API key"), "auth", False, None),
@@ -87,7 +89,25 @@ async def test_each_failure_is_the_same_kind_from_every_adapter(
     assert (err.kind, err.retryable, err.retry_after) == (kind, retryable, retry_after)
     assert fake.url in err.message and model in err.message
     assert "\n" not in err.message
+    if kind != "bad_response" and provider.sdk_error is not None:
+        module, _, name = provider.sdk_error.rpartition(".")
+        assert isinstance(err.__cause__, getattr(importlib.import_module(module), name))
     assert len(fake.requests) == 1  # the SDK did not retry on its own
+
+
+async def test_the_sdk_does_not_retry_on_its_own(provider: Provider) -> None:
+    with provider.server() as fake:
+        fake.script(provider.overloaded(), provider.answer("never reached"))
+        model = provider.model(fake.url)
+        try:
+            if hasattr(model, "client"):  # google-genai's retries are off per request
+                assert model.client.max_retries == 0
+            with pytest.raises(ModelCallError):
+                await model.complete(request())
+        finally:
+            await model.aclose()
+    assert len(fake.requests) == 1
+    assert fake.remaining == 1
 
 
 async def test_retry_after_as_an_http_date_is_seconds_from_now(provider: Provider) -> None:
