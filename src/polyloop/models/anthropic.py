@@ -48,10 +48,8 @@ error sent as a response would be (``overloaded_error`` and ``api_error`` ``serv
 ``rate_limit_error`` ``rate_limit``, ``invalid_request_error`` ``bad_request`` or
 ``context_length``, ...).
 
-A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
-``context_overflow``, which is PolyLoop's own ``max_prompt_chars`` check before the call).
-Exceptions that are not the SDK's propagate unchanged (the kernel counts them non-retryable);
-``asyncio.CancelledError`` always propagates.
+What a context-length error ends a run with, and which exceptions propagate: as for every
+adapter (:mod:`polyloop.models`).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ Not retryable:
 An error Gemini sends inside a stream (a ``google.rpc.Status`` chunk) is raised by the SDK as
 ``APIError`` with its code, and mapped by the code as above.
 
-Exceptions that are neither the SDK's nor its transport's propagate unchanged (the kernel
-counts them non-retryable); ``asyncio.CancelledError`` always propagates.
+What a context-length error ends a run with, and which exceptions propagate: as for every
+adapter (:mod:`polyloop.models`).
 """
 
 from __future__ import annotations

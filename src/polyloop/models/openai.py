@@ -39,10 +39,8 @@ Not retryable:
   filter withheld or cut it; Azure OpenAI sends it);
 * ``error``: any other ``openai.OpenAIError``, other 4xx statuses included.
 
-A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
-``context_overflow``, which is PolyLoop's own ``max_prompt_chars`` check before the call).
-Exceptions that are not the SDK's propagate unchanged (the kernel counts them non-retryable);
-``asyncio.CancelledError`` always propagates.
+What a context-length error ends a run with, and which exceptions propagate: as for every
+adapter (:mod:`polyloop.models`).
 """
 
 from __future__ import annotations
