@@ -63,9 +63,6 @@ __all__ = [
 _CREATED = 1_741_570_283
 
 
-_json = json_reply
-
-
 def tool_call(name: str, arguments: str, id: str = "call_1") -> dict[str, Any]:
     """A ``tool_calls`` entry; ``arguments`` is the JSON *string* the model produced."""
     return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -138,7 +135,7 @@ def completion(text: str | None = None, **options: Any) -> Reply:
     details, ``reasoning_content``/``reasoning`` (the extra message field DeepSeek / vLLM /
     Ollama-style servers return), ``model``, ``finish_reason`` (default ``tool_calls`` or
     ``stop``)."""
-    return _json(200, _completion(text, **options))
+    return json_reply(200, _completion(text, **options))
 
 
 def completion_stream(text: str | None = None, *, size: int = 4, **options: Any) -> Reply:
@@ -230,7 +227,7 @@ def error(
 ) -> Reply:
     """An error response: ``{"error": {"message", "type", "param", "code"}}``."""
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return _json(status, body, headers)
+    return json_reply(status, body, headers)
 
 
 def rate_limited(retry_after: str | None = "2", *, retry_after_ms: str | None = None) -> Reply:

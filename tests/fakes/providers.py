@@ -81,8 +81,8 @@ class Provider:
     model's context window, ``malformed`` a 200 whose JSON is cut short, ``wrong_shape`` a 200
     of valid JSON that is not a reply, ``dropped`` a response whose body breaks off.
     ``sdk_error`` names the SDK's base exception class (``module.Class``), which the cause of
-    every failure but a ``bad_response`` is (None: not so for this SDK: google-genai lets its
-    transport's exceptions through)."""
+    every failure but a ``bad_response`` is, and ``timeout_error`` the class of a timeout's
+    (None: not so for this SDK: google-genai lets its transport's exceptions through)."""
 
     id: str
     server: type[ScriptedServer]
@@ -99,6 +99,7 @@ class Provider:
     wrong_shape: Callable[[], Reply]
     dropped: Callable[[], Reply]
     sdk_error: str | None = None
+    timeout_error: str | None = None
     aiohttp: bool = False
 
     def model(self, url: str, **options: Any) -> Any:
@@ -193,6 +194,7 @@ OPENAI = Provider(
     wrong_shape=lambda: Reply(body=b'{"id": "x", "object": "chat.completion"}'),
     dropped=openai.dropped_connection,
     sdk_error="openai.OpenAIError",
+    timeout_error="openai.APITimeoutError",
 )
 
 RESPONSES = Provider(
@@ -220,6 +222,7 @@ RESPONSES = Provider(
     wrong_shape=lambda: Reply(body=b'{"id": "resp_x", "object": "response"}'),
     dropped=openai.dropped_connection,
     sdk_error="openai.OpenAIError",
+    timeout_error="openai.APITimeoutError",
 )
 
 ANTHROPIC = Provider(
@@ -247,6 +250,7 @@ ANTHROPIC = Provider(
     wrong_shape=lambda: Reply(body=b'{"id": "msg_x", "type": "message"}'),
     dropped=anthropic.dropped_connection,
     sdk_error="anthropic.AnthropicError",
+    timeout_error="anthropic.APITimeoutError",
 )
 
 

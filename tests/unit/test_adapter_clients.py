@@ -6,6 +6,7 @@ one elsewhere; and ``client=`` or ``base_url=``/``api_key=``, not both."""
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from polyloop import ConfigError, ModelRequest
 from polyloop.models._http import NO_KEY_PLACEHOLDER
 from tests.fakes.providers import PROVIDERS, Provider, chosen
+from tests.unit.test_adapter_facts import ANTHROPIC_HINT, OPENAI_HINT
 
 # provider id -> (module, class, model, the base URL's variable, the key's variable)
 CLIENTS = {
@@ -27,6 +29,7 @@ CLIENTS = {
     ),
 }
 SDK_CLIENTS = {"openai": "AsyncOpenAI", "anthropic": "AsyncAnthropic"}
+HINTS = {"openai": OPENAI_HINT, "anthropic": ANTHROPIC_HINT}
 CHOSEN = [p for p in PROVIDERS if p.id in CLIENTS]
 
 
@@ -97,3 +100,29 @@ def test_client_with_base_url_or_api_key_is_a_type_error(provider: Provider) -> 
     client = getattr(sdk, SDK_CLIENTS[provider.id])(api_key="k", base_url="http://127.0.0.1:9")
     with pytest.raises(TypeError, match="not both"):
         build(provider, client=client, api_key="k2")
+
+
+async def test_aclose_closes_the_client_it_built_but_not_one_passed_in(
+    provider: Provider, fake: Any
+) -> None:
+    own = build(provider, base_url=fake.url, api_key="k")
+    await own.aclose()
+    await own.aclose()  # idempotent
+    assert own.client.is_closed()
+
+    sdk = importlib.import_module(CLIENTS[provider.id][0])
+    theirs = getattr(sdk, SDK_CLIENTS[provider.id])(api_key="k", base_url=fake.url, max_retries=5)
+    async with build(provider, client=theirs) as m:
+        assert m.client.max_retries == 0 and theirs.max_retries == 5
+        assert (await m.complete(request())).text == "hi"
+    assert not theirs.is_closed()
+    await theirs.close()
+
+
+def test_constructing_without_the_sdk_names_the_extra(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, CLIENTS[provider.id][0], None)
+    with pytest.raises(ImportError) as info:
+        build(provider, api_key="k")
+    assert str(info.value) == HINTS[provider.id]

@@ -40,6 +40,12 @@ async def failure(provider: Provider, url: str, **options: Any) -> ModelCallErro
     return info.value
 
 
+def sdk_class(name: str) -> Any:
+    """The class ``name`` (``module.Class``) names."""
+    module, _, cls = name.rpartition(".")
+    return getattr(importlib.import_module(module), cls)
+
+
 def status(code: int, message: str, *headers: tuple[str, str]) -> Callable[[Provider], Reply]:
     return lambda p: p.http_error(code, message, headers)
 
@@ -90,8 +96,7 @@ async def test_each_failure_is_the_same_kind_from_every_adapter(
     assert fake.url in err.message and model in err.message
     assert "\n" not in err.message
     if kind != "bad_response" and provider.sdk_error is not None:
-        module, _, name = provider.sdk_error.rpartition(".")
-        assert isinstance(err.__cause__, getattr(importlib.import_module(module), name))
+        assert isinstance(err.__cause__, sdk_class(provider.sdk_error))
     assert len(fake.requests) == 1  # the SDK did not retry on its own
 
 
@@ -125,6 +130,8 @@ async def test_a_call_that_takes_too_long_is_a_retryable_timeout(provider: Provi
         fake.script(Reply(mode="hang"))
         err = await failure(provider, fake.url, timeout_s=0.2)
     assert (err.kind, err.retryable) == ("timeout", True)
+    if provider.timeout_error is not None:
+        assert type(err.__cause__) is sdk_class(provider.timeout_error)
 
 
 async def test_an_unreachable_server_is_a_retryable_connection_error(provider: Provider) -> None:

@@ -35,7 +35,6 @@ from tests.fakes.anthropic_server import (
     dropped_connection,
     error,
     error_event,
-    hang,
     message,
     message_stream,
     rate_limited,
@@ -597,17 +596,6 @@ async def test_thinking_tokens_are_the_reasoning_part_of_the_output(
     assert reply.usage == Usage(82, 300, cached_tokens=0, reasoning_tokens=250)
 
 
-async def test_a_call_that_takes_too_long_is_a_retryable_timeout(
-    fake: FakeAnthropicServer,
-) -> None:
-    fake.script(hang())
-    async with AnthropicModel("claude-test", base_url=fake.url, api_key="k", timeout_s=0.2) as m:
-        with pytest.raises(ModelCallError) as info:
-            await m.complete(request())
-    assert (info.value.kind, info.value.retryable) == ("timeout", True)
-    assert type(info.value.__cause__) is anthropic.APITimeoutError
-
-
 async def test_a_strict_client_s_validation_error_is_a_bad_response(
     fake: FakeAnthropicServer,
 ) -> None:
@@ -697,30 +685,6 @@ def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
     args: dict[str, Any] = {"model": "claude-test", "api_key": "k", **kwargs}
     with pytest.raises(ConfigError):
         AnthropicModel(args.pop("model"), **args)
-
-
-async def test_aclose_closes_the_client_it_built_but_not_one_passed_in(
-    fake: FakeAnthropicServer,
-) -> None:
-    own = AnthropicModel("claude-test", base_url=fake.url, api_key="k")
-    await own.aclose()
-    await own.aclose()  # idempotent
-    assert own.client.is_closed()
-
-    theirs = anthropic.AsyncAnthropic(api_key="k", base_url=fake.url, max_retries=5)
-    fake.script(message(text("hi")))
-    async with AnthropicModel("claude-test", client=theirs) as m:
-        assert m.client.max_retries == 0 and theirs.max_retries == 5
-        assert (await m.complete(request())).text == "hi"
-    assert not theirs.is_closed()
-    await theirs.close()
-
-
-def test_constructing_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "anthropic", None)
-    with pytest.raises(ImportError) as info:
-        AnthropicModel("claude-test", api_key="k")
-    assert str(info.value) == INSTALL_HINT
 
 
 # --- end to end through Loop -----------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -30,7 +29,6 @@ from tests.fakes.openai_server import (
     context_length_exceeded,
     error,
     error_chunk,
-    hang,
     rate_limited,
     strict_violation,
     tool_call,
@@ -380,15 +378,6 @@ async def test_a_server_that_streams_no_usage_gives_usage_none(fake: FakeOpenAIS
     assert (reply.text, reply.usage) == ("hi", None)
 
 
-async def test_a_call_that_takes_too_long_is_a_retryable_timeout(fake: FakeOpenAIServer) -> None:
-    fake.script(hang())
-    async with OpenAIModel("gpt-test", base_url=fake.url, api_key="k", timeout_s=0.2) as m:
-        with pytest.raises(ModelCallError) as info:
-            await m.complete(request())
-    assert (info.value.kind, info.value.retryable) == ("timeout", True)
-    assert isinstance(info.value.__cause__, openai.APITimeoutError)
-
-
 class _StubClient:
     """Stands in for an AsyncOpenAI passed as client=: raises ``exc`` from create()."""
 
@@ -460,30 +449,6 @@ def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
     args: dict[str, Any] = {"model": "gpt-test", "api_key": "k", **kwargs}
     with pytest.raises(ConfigError):
         OpenAIModel(args.pop("model"), **args)
-
-
-async def test_aclose_closes_the_client_it_built_but_not_one_passed_in(
-    fake: FakeOpenAIServer,
-) -> None:
-    own = OpenAIModel("gpt-test", base_url=fake.url, api_key="k")
-    await own.aclose()
-    await own.aclose()  # idempotent
-    assert own.client.is_closed()
-
-    theirs = openai.AsyncOpenAI(api_key="k", base_url=fake.url, max_retries=5)
-    fake.script(completion("hi"))
-    async with OpenAIModel("gpt-test", client=theirs) as m:
-        assert m.client.max_retries == 0 and theirs.max_retries == 5
-        assert (await m.complete(request())).text == "hi"
-    assert not theirs.is_closed()
-    await theirs.close()
-
-
-def test_constructing_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(ImportError) as info:
-        OpenAIModel("gpt-test", api_key="k")
-    assert str(info.value) == INSTALL_HINT
 
 
 # --- end to end through Loop -----------------------------------------------------------------
