@@ -46,13 +46,10 @@ def sdk_client(
     owner: str,
     timeout_s: float,
 ) -> tuple[Any, bool]:
-    """``(client, owned)``: a copy of the caller's ``client`` with ``max_retries=0`` (it shares
-    the connection pool; not owned), else one ``factory`` (the SDK's client class) builds for
-    ``base_url`` and ``api_key``, each defaulting to its variable of ``env`` (base URL, key)
-    read now, with ``max_retries=0`` and ``timeout_s`` (owned). PolyLoop's ``RetryPolicy``
-    owns retrying. ``TypeError`` for ``client`` with ``base_url`` or ``api_key``; a
-    ``ConfigError`` naming ``owner`` and the key's variable for no key and a base URL not on
-    this machine."""
+    """``(client, owned)``: the caller's ``client`` as a copy with ``max_retries=0`` sharing its
+    pool, else one ``factory`` (the SDK's client class) builds for ``base_url`` and ``api_key``
+    or, when None, the variables ``env`` names (base URL, key), read now. ``TypeError`` for
+    both; ``ConfigError`` naming ``owner`` for no key and a base URL not on this machine."""
     if client is not None:
         if base_url is not None or api_key is not None:
             raise TypeError(

@@ -139,21 +139,21 @@ ERROR: Final = ("error", False)
 
 
 class Failure(NamedTuple):
-    """What an adapter's ``classify`` makes of an exception of its SDK (or its transport)."""
+    """What an adapter's ``classify`` makes of an exception of its SDK (or its transport):
+    its kind and retryability; the HTTP ``status`` it came with (None: none, as for an error
+    inside a stream); ``said``, where else than its message and body it may word "the prompt
+    does not fit" (an error ``code``, a body's ``details``; None: it cannot be a context-length
+    error); ``cause``, whether the message shows the exception it was raised from (a
+    transport's reason); ``body``, whether it is a body that is not a reply (worded ``bad
+    response from ...``); ``wait``, the seconds the body asks to wait when no header does."""
 
     kind: str
     retryable: bool
     status: int | None = None
-    """The HTTP status the failure came with (None: none, as for an error inside a stream)."""
     said: tuple[object, ...] | None = None
-    """Where else the failure may word "the prompt does not fit" (an error ``code``, a body's
-    ``details``), besides its message and body; None: it cannot be a context-length error."""
     cause: bool = False
-    """Whether the message shows the exception it was raised from (a transport's reason)."""
     body: bool = False
-    """Whether it is a body that is not a reply, worded as ``bad response from ...``."""
     wait: float | None = None
-    """Seconds to wait the provider's body asks for, when no header does."""
 
 
 _NOT_A_REPLY: Final = (json.JSONDecodeError, pydantic.ValidationError)

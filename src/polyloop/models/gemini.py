@@ -390,15 +390,8 @@ def _classify(exc: Exception, errors: ModuleType) -> Failure | None:
             kind = "auth"
         else:
             status, said = code, (details,)
-    return Failure(
-        kind,
-        retryable,
-        status,
-        said,
-        cause=transport_kind(exc) is not None,
-        body=entry[0] == "bad_response",
-        wait=_retry_info(details),
-    )
+    cause, body = transport_kind(exc) is not None, entry[0] == "bad_response"
+    return Failure(kind, retryable, status, said, cause, body, _retry_info(details))
 
 
 _translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)
