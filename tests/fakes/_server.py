@@ -31,6 +31,8 @@ __all__ = [
     "Reply",
     "ScriptedServer",
     "cut",
+    "hang",
+    "json_reply",
     "pieces",
     "sse",
     "then",
@@ -73,6 +75,26 @@ class Received:
     headers: dict[str, str]
     body: Any
     disconnected: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+def json_reply(
+    status: int,
+    obj: Any,
+    headers: tuple[tuple[str, str], ...] = (),
+    *,
+    content_type: str = "application/json",
+) -> Reply:
+    """``obj`` as a JSON response with ``status``, ``content_type`` and then ``headers``."""
+    return Reply(
+        status=status,
+        body=json.dumps(obj).encode(),
+        headers=(("Content-Type", content_type), *headers),
+    )
+
+
+def hang() -> Reply:
+    """No response until the client goes away or the server stops."""
+    return Reply(mode="hang")
 
 
 def sse(data: Any, event: str | None = None, *, newline: str = "\n") -> bytes:

@@ -24,7 +24,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
+from tests.fakes._server import (
+    SSE_HEADERS,
+    Received,
+    Reply,
+    ScriptedServer,
+    hang,
+    json_reply,
+    pieces,
+    sse,
+)
 
 __all__ = [
     "FakeAnthropicServer",
@@ -61,11 +70,7 @@ ERROR_TYPES: dict[int, str] = {
 
 
 def _json(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
-    return Reply(
-        status=status,
-        body=json.dumps(obj).encode(),
-        headers=(("Content-Type", "application/json"), ("request-id", "req_fake"), *headers),
-    )
+    return json_reply(status, obj, (("request-id", "req_fake"), *headers))
 
 
 def text(value: str) -> dict[str, Any]:
@@ -243,11 +248,6 @@ def malformed_json() -> Reply:
 def dropped_connection() -> Reply:
     """Headers and half a body, then the socket closes."""
     return Reply(body=message(text("this reply never arrives whole")).body, mode="drop")
-
-
-def hang() -> Reply:
-    """No response until the client goes away or the server stops."""
-    return Reply(mode="hang")
 
 
 @dataclass

@@ -15,12 +15,20 @@ reply as ``alt=sse`` chunks; :func:`error_chunk` is the chunk of a stream that f
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
-from tests.fakes.openai_server import dropped_connection, hang
+from tests.fakes._server import (
+    SSE_HEADERS,
+    Received,
+    Reply,
+    ScriptedServer,
+    hang,
+    json_reply,
+    pieces,
+    sse,
+)
+from tests.fakes.openai_server import dropped_connection
 
 __all__ = [
     "FakeGeminiServer",
@@ -42,11 +50,7 @@ __all__ = [
 
 
 def _json(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
-    return Reply(
-        status=status,
-        body=json.dumps(obj).encode(),
-        headers=(("Content-Type", "application/json; charset=UTF-8"), *headers),
-    )
+    return json_reply(status, obj, headers, content_type="application/json; charset=UTF-8")
 
 
 def text(value: str, *, thought: bool = False) -> dict[str, Any]:

@@ -23,14 +23,22 @@ and uses up no scripted reply.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NotRequired
 
 import pydantic
 from typing_extensions import TypedDict
 
-from tests.fakes._server import SSE_HEADERS, Received, Reply, ScriptedServer, pieces, sse
+from tests.fakes._server import (
+    SSE_HEADERS,
+    Received,
+    Reply,
+    ScriptedServer,
+    hang,
+    json_reply,
+    pieces,
+    sse,
+)
 
 __all__ = [
     "FakeOpenAIServer",
@@ -53,14 +61,6 @@ __all__ = [
 ]
 
 _CREATED = 1_741_570_283
-
-
-def _json(status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
-    return Reply(
-        status=status,
-        body=json.dumps(obj).encode(),
-        headers=(("Content-Type", "application/json"), *headers),
-    )
 
 
 def tool_call(name: str, arguments: str, id: str = "call_1") -> dict[str, Any]:
@@ -135,7 +135,7 @@ def completion(text: str | None = None, **options: Any) -> Reply:
     details, ``reasoning_content``/``reasoning`` (the extra message field DeepSeek / vLLM /
     Ollama-style servers return), ``model``, ``finish_reason`` (default ``tool_calls`` or
     ``stop``)."""
-    return _json(200, _completion(text, **options))
+    return json_reply(200, _completion(text, **options))
 
 
 def completion_stream(text: str | None = None, *, size: int = 4, **options: Any) -> Reply:
@@ -227,7 +227,7 @@ def error(
 ) -> Reply:
     """An error response: ``{"error": {"message", "type", "param", "code"}}``."""
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return _json(status, body, headers)
+    return json_reply(status, body, headers)
 
 
 def rate_limited(retry_after: str | None = "2", *, retry_after_ms: str | None = None) -> Reply:
@@ -288,11 +288,6 @@ def dropped_connection() -> Reply:
     """Headers and half a body, then the socket closes."""
     full = completion("this reply never arrives whole").body
     return Reply(body=full, mode="drop")
-
-
-def hang() -> Reply:
-    """No response until the client goes away or the server stops."""
-    return Reply(mode="hang")
 
 
 # --- strict mode: the request shapes llama-cpp-python 0.3.x accepts -----------------------------

@@ -74,7 +74,15 @@ class Provider:
     error sent before any chunk; ``error_in_stream(reply, after)`` a streamed reply that
     breaks off after ``after`` events with the provider's overload error event;
     ``filtered`` a reply the provider's content filter stopped; ``streams_to(path)`` tells a
-    streamed request's path (and ``streamed(body)`` its body) from a plain one's."""
+    streamed request's path (and ``streamed(body)`` its body) from a plain one's.
+
+    The failures, in the provider's error shapes: ``http_error(status, message, headers)``
+    an error response with that status, ``too_long`` its answer to a prompt longer than the
+    model's context window, ``malformed`` a 200 whose JSON is cut short, ``wrong_shape`` a 200
+    of valid JSON that is not a reply, ``dropped`` a response whose body breaks off.
+    ``sdk_error`` names the SDK's base exception class (``module.Class``), which the cause of
+    every failure but a ``bad_response`` is, and ``timeout_error`` the class of a timeout's
+    (None: not so for this SDK: google-genai lets its transport's exceptions through)."""
 
     id: str
     server: type[ScriptedServer]
@@ -85,6 +93,13 @@ class Provider:
     error_event: Callable[[], bytes]
     filtered: Callable[[bool], Reply]
     streamed: Callable[[str, Any], bool]
+    http_error: Callable[[int, str, tuple[tuple[str, str], ...]], Reply]
+    too_long: Callable[[], Reply]
+    malformed: Callable[[], Reply]
+    wrong_shape: Callable[[], Reply]
+    dropped: Callable[[], Reply]
+    sdk_error: str | None = None
+    timeout_error: str | None = None
     aiohttp: bool = False
 
     def model(self, url: str, **options: Any) -> Any:
@@ -127,6 +142,28 @@ def _gemini(url: str, **options: Any) -> Any:
     return GeminiModel("gemini-test", base_url=url, api_key=KEY, **options)
 
 
+# The google.rpc status Gemini sends with each HTTP status.
+_GRPC_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+def _openai_error(status: int, message: str, headers: tuple[tuple[str, str], ...]) -> Reply:
+    return openai.error(status, message, headers=headers)
+
+
+def _gemini_error(status: int, message: str, headers: tuple[tuple[str, str], ...]) -> Reply:
+    return gemini.error(status, message, _GRPC_STATUS.get(status, "UNKNOWN"), headers=headers)
+
+
 def _body_stream(path: str, body: Any) -> bool:
     return isinstance(body, dict) and body.get("stream") is True
 
@@ -151,6 +188,13 @@ OPENAI = Provider(
         "I cannot", finish_reason="content_filter"
     ),
     _body_stream,
+    http_error=_openai_error,
+    too_long=openai.context_length_exceeded,
+    malformed=openai.malformed_json,
+    wrong_shape=lambda: Reply(body=b'{"id": "x", "object": "chat.completion"}'),
+    dropped=openai.dropped_connection,
+    sdk_error="openai.OpenAIError",
+    timeout_error="openai.APITimeoutError",
 )
 
 RESPONSES = Provider(
@@ -172,6 +216,13 @@ RESPONSES = Provider(
         responses.message("I cannot"), status="incomplete", incomplete="content_filter"
     ),
     _body_stream,
+    http_error=_openai_error,
+    too_long=openai.context_length_exceeded,
+    malformed=openai.malformed_json,
+    wrong_shape=lambda: Reply(body=b'{"id": "resp_x", "object": "response"}'),
+    dropped=openai.dropped_connection,
+    sdk_error="openai.OpenAIError",
+    timeout_error="openai.APITimeoutError",
 )
 
 ANTHROPIC = Provider(
@@ -193,6 +244,13 @@ ANTHROPIC = Provider(
         anthropic.text("I cannot"), stop_reason="refusal"
     ),
     _body_stream,
+    http_error=lambda status, message, headers: anthropic.error(status, message, headers=headers),
+    too_long=lambda: anthropic.error(400, "prompt is too long: 215000 tokens > 200000 maximum"),
+    malformed=anthropic.malformed_json,
+    wrong_shape=lambda: Reply(body=b'{"id": "msg_x", "type": "message"}'),
+    dropped=anthropic.dropped_connection,
+    sdk_error="anthropic.AnthropicError",
+    timeout_error="anthropic.APITimeoutError",
 )
 
 
@@ -219,6 +277,11 @@ def _gemini_provider(id: str, aiohttp: bool) -> Provider:
             gemini.text("I cannot"), finish_reason="SAFETY"
         ),
         _gemini_streamed,
+        http_error=_gemini_error,
+        too_long=gemini.context_too_long,
+        malformed=lambda: Reply(body=b'{"candidates": [{"cont'),
+        wrong_shape=lambda: Reply(body=b'{"responseId": "r"}'),
+        dropped=gemini.dropped,
         aiohttp=aiohttp,
     )
 

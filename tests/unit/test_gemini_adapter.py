@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import dataclasses
@@ -340,41 +339,8 @@ ERROR_CASES: list[tuple[str, Reply, str, bool, float | None]] = [
     ("429 fractional RetryInfo", rate_limited("1.5s"), "rate_limit", True, 1.5),
     ("429 Retry-After wins", rate_limited("20s", retry_after="3"), "rate_limit", True, 3.0),
     ("429 no delay", rate_limited(None), "rate_limit", True, None),
-    ("500", error(500, "An internal error has occurred.", "INTERNAL"), "server", True, None),
-    (
-        "503 Retry-After",
-        error(503, "The model is overloaded.", "UNAVAILABLE", headers=(("Retry-After", "7"),)),
-        "server",
-        True,
-        7.0,
-    ),
     ("504", error(504, "Deadline exceeded.", "DEADLINE_EXCEEDED"), "server", True, None),
     ("400 API_KEY_INVALID", api_key_invalid(), "auth", False, None),
-    ("401", error(401, "Request had invalid credentials.", "UNAUTHENTICATED"), "auth", False, None),
-    (
-        "403",
-        error(403, "Permission denied on resource project x.", "PERMISSION_DENIED"),
-        "permission",
-        False,
-        None,
-    ),
-    (
-        "404",
-        error(404, "models/nope is not found for API version v1.", "NOT_FOUND"),
-        "not_found",
-        False,
-        None,
-    ),
-    ("400 context length", context_too_long(), "context_length", False, None),
-    (
-        "400 other",
-        error(
-            400, "* GenerateContentRequest.contents: contents is not specified", "INVALID_ARGUMENT"
-        ),
-        "bad_request",
-        False,
-        None,
-    ),
     (
         "400 precondition",
         error(400, "User location is not supported for the API use.", "FAILED_PRECONDITION"),
@@ -382,12 +348,7 @@ ERROR_CASES: list[tuple[str, Reply, str, bool, float | None]] = [
         False,
         None,
     ),
-    ("422", error(422, "Unprocessable", "INVALID_ARGUMENT"), "bad_request", False, None),
-    ("409", error(409, "The operation was aborted.", "ABORTED"), "conflict", True, None),
-    ("408", error(408, "Request timeout", "DEADLINE_EXCEEDED"), "timeout", True, None),
-    ("418 other 4xx", error(418, "I'm a teapot", "UNKNOWN"), "error", False, None),
     ("203 not 200", error(203, "Non-authoritative", "UNKNOWN"), "error", False, None),
-    ("malformed json", Reply(body=b'{"candidates": [{"cont'), "bad_response", True, None),
     (
         "not an object",
         Reply(body=b'"just a string"'),
@@ -395,7 +356,6 @@ ERROR_CASES: list[tuple[str, Reply, str, bool, float | None]] = [
         True,
         None,
     ),
-    ("no candidates", Reply(body=b'{"responseId": "r"}'), "bad_response", True, None),
     (
         "malformed function call",
         generated(finish_reason="MALFORMED_FUNCTION_CALL"),
@@ -404,7 +364,6 @@ ERROR_CASES: list[tuple[str, Reply, str, bool, float | None]] = [
         None,
     ),
     ("prompt blocked", blocked("SAFETY"), "content_filter", False, None),
-    ("dropped mid-response", dropped(), "connection", True, None),
 ]
 
 
@@ -502,18 +461,6 @@ async def test_a_response_cut_off_mid_body_is_a_retryable_connection_error(
     assert top_module(type(info.value.__cause__)) in expected
 
 
-async def test_cancellation_propagates(model: GeminiModel, fake: FakeGeminiServer) -> None:
-    fake.script(hang())
-    task = asyncio.create_task(model.complete(request()))
-    for _ in range(500):
-        if fake.requests:
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
 def test_exceptions_that_are_neither_the_sdks_nor_its_transports_are_not_translated() -> None:
     assert _translate(RuntimeError("a bug"), genai.errors, "here") is None
     assert _translate(ValueError("x"), genai.errors, "here") is None
@@ -597,21 +544,6 @@ def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
         GeminiModel(args.pop("model"), **args)
 
 
-def test_repr_never_shows_the_key_or_url_credentials() -> None:
-    m = GeminiModel("gemini-test", base_url="https://user:pw@gemini.example.com", api_key=KEY)
-    shown = repr(m)
-    assert KEY not in shown and "pw" not in shown
-    assert "gemini-test" in shown and "***@gemini.example.com" in shown
-
-
-async def test_a_key_echoed_by_the_server_is_masked_in_the_error(fake: FakeGeminiServer) -> None:
-    fake.script(error(401, f"invalid key {KEY} for this proxy", "UNAUTHENTICATED"))
-    async with GeminiModel("gemini-test", base_url=fake.url, api_key=KEY) as m:
-        with pytest.raises(ModelCallError) as info:
-            await m.complete(request())
-    assert KEY not in info.value.message and "invalid key ***" in info.value.message
-
-
 async def test_aclose_is_idempotent(fake: FakeGeminiServer) -> None:
     m = GeminiModel("gemini-test", base_url=fake.url, api_key=KEY)
     await m.aclose()
@@ -627,23 +559,6 @@ def test_constructing_without_the_sdk_names_the_extra(
     with pytest.raises(ImportError) as info:
         GeminiModel("gemini-test", api_key=KEY)
     assert str(info.value) == INSTALL_HINT
-
-
-def test_importing_the_module_does_not_import_the_sdk() -> None:
-    code = (
-        "import sys\n"
-        "import polyloop, polyloop.models, polyloop.models.gemini as m\n"
-        "print('google.genai' in sys.modules)\n"
-        "sys.modules['google.genai'] = None\n"
-        "try:\n"
-        "    m.GeminiModel('gemini-test', api_key='k')\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
-    )
-    assert out.stdout.splitlines() == ["False", INSTALL_HINT]
 
 
 # --- end to end through Loop -----------------------------------------------------------------

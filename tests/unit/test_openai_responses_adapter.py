@@ -37,7 +37,6 @@ from tests.fakes.openai_server import (
     Reply,
     context_length_exceeded,
     rate_limited,
-    server_error,
     unauthorized,
 )
 from tests.fakes.providers import adder
@@ -222,16 +221,6 @@ async def test_a_message_it_cannot_convert_is_bad_request_and_nothing_is_sent(
     assert fake.requests == []
 
 
-async def test_the_sdk_does_not_retry_on_its_own(
-    model: OpenAIResponsesModel, fake: FakeOpenAIServer
-) -> None:
-    assert model.client.max_retries == 0
-    fake.script(server_error(503), response(message("never reached")))
-    with pytest.raises(ModelCallError):
-        await model.complete(request())
-    assert len(fake.requests) == 1
-
-
 # --- the reply -------------------------------------------------------------------------------
 
 
@@ -331,26 +320,6 @@ def test_repr_names_the_class_and_never_the_key() -> None:
     assert (
         repr(m) == "OpenAIResponsesModel(model='o4-mini', base_url='https://api.example.com/v1/')"
     )
-
-
-def test_importing_the_module_does_not_import_the_sdk() -> None:
-    code = (
-        "import sys\n"
-        "import polyloop.models.openai_responses as m\n"
-        "print('openai' in sys.modules)\n"
-        "sys.modules['openai'] = None\n"
-        "try:\n"
-        "    m.OpenAIResponsesModel('o4-mini', api_key='k')\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
-    )
-    assert out.stdout.splitlines() == [
-        "False",
-        "the OpenAI adapter needs the openai package: pip install 'polyloop[openai]'",
-    ]
 
 
 # --- end to end through Loop -----------------------------------------------------------------

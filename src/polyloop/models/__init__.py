@@ -21,6 +21,16 @@ returns the one complete reply; a stream cut off is a failed attempt (``connecti
 that refuses to stream (``OpenAIModel``: an event stream that ends before its first event, as
 llama-cpp-python's server sends for a tool call under ``tool_choice`` "auto") is another
 failure, kind ``stream_refused``: that adapter sends its later requests whole.
+
+A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
+``context_overflow``, which is PolyLoop's own ``max_prompt_chars`` check before the call).
+Exceptions that are neither an SDK's nor its HTTP transport's propagate unchanged (the kernel
+counts them non-retryable); ``asyncio.CancelledError`` always propagates.
+
+Each adapter module holds only its provider's wire format (building a request, reading a reply
+or a stream, what its SDK's exceptions mean); what they do alike is one private core:
+``_errors`` (a failure's kind, retry-after, the message), ``_base`` (settings, the SDK client,
+the read-only facts, the lifetime), ``_common`` (replies, usage, streams) and ``_http``.
 """
 
 from __future__ import annotations

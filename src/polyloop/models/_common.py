@@ -1,38 +1,33 @@
-"""What the model adapters do alike, with no SDK imported: the last steps of translating an
-SDK's exception into a ``ModelCallError``, reading token counts, and relaying a streamed reply
-to ``ModelRequest.on_delta`` while it is read."""
+"""What the model adapters do alike in reading and writing their APIs' shapes, with no SDK
+imported: the failures of a reply (one of the wrong shape, one the content filter withheld, a
+conversation that cannot be sent), reading token counts into ``Usage``, and reading a stream:
+closing it whatever happens, relaying its pieces to ``ModelRequest.on_delta`` while it is
+read, and telling a stream cut off from one the server refused. Failures of a call are
+:mod:`._errors`'s."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from types import ModuleType
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, NamedTuple
 
-from ..types import ModelCallError, text_nested_deeper
+from ..types import ModelCallError, Usage, text_nested_deeper
 from ..types._checks import MAX_REPORTED
 
 __all__ = [
-    "KIND_BY_STATUS",
     "Relay",
+    "UsageFields",
     "add_counts",
     "arguments_object",
     "bad_response",
-    "by_status",
+    "clipped",
     "content_filtered",
     "cut_off",
-    "describe",
     "drain",
-    "finish",
-    "kind_along_mro",
-    "mentions",
     "name_of",
-    "one_line",
     "stream_refused",
-    "too_long",
-    "translating",
     "unconvertible",
+    "usage_from",
 ]
 
 
@@ -69,9 +64,51 @@ def add_counts(*values: Any) -> Any:
     return sum(given)
 
 
+class UsageFields(NamedTuple):
+    """Where a provider's usage object holds the counts of ``Usage``: the fields whose sum is
+    the input (``inputs``) and the output (``outputs``), and the paths (a field, or a field of
+    a field) of the cached and the reasoning tokens among them."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cached: tuple[str, ...]
+    reasoning: tuple[str, ...]
+
+
+def _field(reported: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        reported = getattr(reported, name, None)
+    return reported
+
+
+def usage_from(reported: Any, fields: UsageFields) -> Usage | None:
+    """The ``Usage`` of a provider's usage object (see :func:`add_counts`), read as ``fields``
+    say; None when it is None or reports neither the input nor the output. The counts are
+    passed on as reported: the kernel refuses a usage that cannot be believed
+    (:func:`polyloop.types.usage_refusal`)."""
+    if reported is None:
+        return None
+    prompt = add_counts(*(getattr(reported, name, None) for name in fields.inputs))
+    output = add_counts(*(getattr(reported, name, None) for name in fields.outputs))
+    if prompt is None and output is None:
+        return None
+    return Usage(
+        prompt,
+        output,
+        cached_tokens=_field(reported, fields.cached),
+        reasoning_tokens=_field(reported, fields.reasoning),
+    )
+
+
 def name_of(value: object) -> str | None:
     """``value`` when it is a non-empty str (an id, a model name), else None."""
     return value if isinstance(value, str) and value else None
+
+
+def clipped(value: object) -> str:
+    """``repr(value)``, its first 200 characters and "..." when longer (for a message)."""
+    shown = repr(value)
+    return shown if len(shown) <= 200 else shown[:200] + "..."
 
 
 def bad_response(where: str, what: str) -> ModelCallError:
@@ -90,22 +127,6 @@ def content_filtered(where: str, what: str) -> ModelCallError:
     )
 
 
-# -- errors ------------------------------------------------------------------------------------
-
-KIND_BY_STATUS: Mapping[int, tuple[str, bool]] = {
-    400: ("bad_request", False),
-    401: ("auth", False),
-    403: ("permission", False),
-    404: ("not_found", False),
-    408: ("timeout", True),
-    409: ("conflict", True),
-    422: ("bad_request", False),
-    429: ("rate_limit", True),
-}
-"""``(kind, retryable)`` of the 4xx statuses the adapters tell apart, where no SDK class says
-(other 4xx: ``error``; 5xx: ``server``)."""
-
-
 def unconvertible(where: str, what: str) -> ModelCallError:
     """A conversation an adapter cannot send in its API's shape: ``bad_request``, before any
     request is made."""
@@ -115,112 +136,6 @@ def unconvertible(where: str, what: str) -> ModelCallError:
         retryable=False,
         kind="bad_request",
     )
-
-
-def one_line(text: str) -> str:
-    """``text`` with every run of white space (newlines included) as one space."""
-    return " ".join(text.split())
-
-
-def describe(exc: BaseException, *, with_cause: bool) -> str:
-    """``exc`` on one line; ``with_cause``: followed by the exception it was raised from (a
-    transport failure's reason), when that says something more."""
-    text = str(exc) or type(exc).__name__
-    cause = exc.__cause__ or exc.__context__
-    if with_cause and cause is not None and str(cause) not in ("", text):
-        text += f" ({type(cause).__name__}: {cause})"
-    return one_line(text)
-
-
-def kind_along_mro(
-    exc: BaseException, module: ModuleType, kinds: Mapping[str, tuple[str, bool]]
-) -> tuple[str, bool] | None:
-    """The entry of ``kinds`` for the most specific class of ``exc`` that ``module`` exports
-    under that name (so an SDK version without some classes still works); None if none."""
-    for cls in type(exc).__mro__:
-        entry = kinds.get(cls.__name__)
-        if entry is not None and getattr(module, cls.__name__, None) is cls:
-            return entry
-    return None
-
-
-def mentions(exc: BaseException, phrases: tuple[str, ...], *extra: object) -> bool:
-    """Whether the message or body of ``exc`` (or any of ``extra``) holds one of ``phrases``
-    (lowercase), e.g. a provider's wording for "the prompt does not fit"."""
-    body = getattr(exc, "body", None)
-    parts = [str(e) for e in extra]
-    parts.append(getattr(exc, "message", None) or str(exc))
-    if isinstance(body, str):
-        parts.append(body)
-    elif body is not None:
-        try:
-            parts.append(json.dumps(body, default=str))
-        except (TypeError, ValueError):
-            parts.append(str(body))
-    text = " ".join(parts).lower()
-    return any(phrase in text for phrase in phrases)
-
-
-def by_status(
-    kind: str, retryable: bool, status: int | None, *, not_server: frozenset[int] = frozenset()
-) -> tuple[str, bool]:
-    """``(kind, retryable)`` of a failure whose SDK class left it ``error``, by its HTTP
-    ``status``: a 5xx (but those in ``not_server``) is ``server``, a 408 ``timeout``; any
-    other stays as it is."""
-    if kind == "error" and status is not None:
-        if status >= 500 and status not in not_server:
-            return ("server", True)
-        if status == 408:
-            return ("timeout", True)
-    return (kind, retryable)
-
-
-def too_long(
-    exc: BaseException, kind: str, status: int | None, phrases: tuple[str, ...], *extra: object
-) -> bool:
-    """Whether ``exc``, a client error (a 4xx, or an error without a status, as one sent
-    inside a stream), says in its message or body (or ``extra``) that the prompt does not fit
-    the model's context window, in one of the provider's ``phrases``."""
-    return (
-        kind in ("bad_request", "error")
-        and (status is None or 400 <= status < 500)
-        and mentions(exc, phrases, *extra)
-    )
-
-
-def finish(
-    message: str,
-    kind: str,
-    retryable: bool,
-    retry_after: float | None,
-    *,
-    hints: Mapping[str, str],
-    secret: str | None,
-) -> ModelCallError:
-    """The ``ModelCallError`` an adapter raises: ``message`` with the hint for ``kind`` (if
-    any), and ``secret`` (the API key) masked, as some proxies echo the key they refused and
-    the message is journaled."""
-    if kind in hints:
-        message += f" ({hints[kind]})"
-    if secret and len(secret) >= 8:
-        message = message.replace(secret, "***")
-    return ModelCallError(message, retryable=retryable, retry_after=retry_after, kind=kind)
-
-
-@contextmanager
-def translating(translate: Callable[[Exception], ModelCallError | None]) -> Iterator[None]:
-    """Raise ``translate(exc) from exc`` for an exception of the block; a ``ModelCallError``
-    (the adapter's own) passes as it is, and so does an exception ``translate`` does not know
-    (None: not the SDK's)."""
-    try:
-        yield
-    except ModelCallError:
-        raise
-    except Exception as exc:
-        translated = translate(exc)
-        if translated is None:
-            raise
-        raise translated from exc
 
 
 # -- streams -----------------------------------------------------------------------------------

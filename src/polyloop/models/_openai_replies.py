@@ -6,12 +6,21 @@ is imported: the SDK builds its response objects without checks, so every field 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ..types import ModelReply, ToolCall, Usage
-from ._common import Relay, bad_response, content_filtered, cut_off, name_of
+from ._common import (
+    Relay,
+    UsageFields,
+    bad_response,
+    clipped,
+    content_filtered,
+    cut_off,
+    name_of,
+    usage_from,
+)
 
-__all__ = ["Chunks", "reply", "usage_of"]
+__all__ = ["CHAT_USAGE", "RESPONSES_USAGE", "Chunks", "reply"]
 
 
 def _reasoning_of(delta: Any) -> tuple[str, str] | None:
@@ -42,27 +51,22 @@ def _tool_call(raw: Any, where: str) -> ToolCall:
     return ToolCall(name, arguments, call_id if isinstance(call_id, str) and call_id else None)
 
 
-def usage_of(
-    reported: Any, input: str = "prompt_tokens", output: str = "completion_tokens"
-) -> Usage | None:
-    """``Usage`` of a usage object whose counts are ``input`` and ``output``, with the
-    ``cached_tokens`` of ``{input}_details`` and the ``reasoning_tokens`` of
-    ``{output}_details`` (the chat API's names by default; the Responses API's are
-    ``input_tokens``/``output_tokens``); None when neither count is reported."""
-    if reported is None:
-        return None
-    prompt = getattr(reported, input, None)
-    completion = getattr(reported, output, None)
-    if prompt is None and completion is None:
-        return None
-    prompt_details = getattr(reported, f"{input}_details", None)
-    completion_details = getattr(reported, f"{output}_details", None)
-    return Usage(
-        prompt,
-        completion,
-        cached_tokens=getattr(prompt_details, "cached_tokens", None),
-        reasoning_tokens=getattr(completion_details, "reasoning_tokens", None),
-    )
+CHAT_USAGE: Final = UsageFields(
+    ("prompt_tokens",),
+    ("completion_tokens",),
+    ("prompt_tokens_details", "cached_tokens"),
+    ("completion_tokens_details", "reasoning_tokens"),
+)
+"""The chat API's usage: ``prompt_tokens`` with its details' ``cached_tokens``,
+``completion_tokens`` with its details' ``reasoning_tokens``."""
+
+RESPONSES_USAGE: Final = UsageFields(
+    ("input_tokens",),
+    ("output_tokens",),
+    ("input_tokens_details", "cached_tokens"),
+    ("output_tokens_details", "reasoning_tokens"),
+)
+"""The Responses API's usage: the same counts under ``input_tokens``/``output_tokens``."""
 
 
 def _filtered(finish_reason: object, where: str) -> None:
@@ -76,9 +80,7 @@ def reply(response: Any, where: str) -> ModelReply:
     so every field is checked here; a body of the wrong shape is ``bad_response``."""
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list) or not choices:
-        shown = repr(response)
-        shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise bad_response(where, f"no choices in the response: {shown}")
+        raise bad_response(where, f"no choices in the response: {clipped(response)}")
     message = getattr(choices[0], "message", None)
     if message is None:
         raise bad_response(where, "the first choice has no message")
@@ -95,7 +97,7 @@ def reply(response: Any, where: str) -> ModelReply:
         reasoning=reasoning[1] if reasoning else None,
         tool_calls=calls,
         call_id=name_of(getattr(response, "id", None)),
-        usage=usage_of(getattr(response, "usage", None)),
+        usage=usage_from(getattr(response, "usage", None), CHAT_USAGE),
         model=name_of(getattr(response, "model", None)),
     )
 
@@ -128,7 +130,7 @@ class Chunks:
             raise bad_response(self.where, f"a stream chunk without choices: {chunk!r:.200}")
         self.id = self.id or name_of(getattr(chunk, "id", None))
         self.model = self.model or name_of(getattr(chunk, "model", None))
-        usage = usage_of(getattr(chunk, "usage", None))
+        usage = usage_from(getattr(chunk, "usage", None), CHAT_USAGE)
         if usage is not None:
             self.usage = usage
         for choice in choices:

@@ -48,61 +48,32 @@ error sent as a response would be (``overloaded_error`` and ``api_error`` ``serv
 ``rate_limit_error`` ``rate_limit``, ``invalid_request_error`` ``bad_request`` or
 ``context_length``, ...).
 
-A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
-``context_overflow``, which is PolyLoop's own ``max_prompt_chars`` check before the call).
-Exceptions that are not the SDK's propagate unchanged (the kernel counts them non-retryable);
-``asyncio.CancelledError`` always propagates.
+What a context-length error ends a run with, and which exceptions propagate: as for every
+adapter (:mod:`polyloop.models`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType, SimpleNamespace, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
-
-import pydantic
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
 
 from ..types import (
     ConfigError,
-    Message,
     ModelCallError,
     ModelReply,
     ModelRequest,
     Pricing,
-    ToolCall,
-    Usage,
     check_number,
     import_extra,
-    text_nested_deeper,
 )
-from ._common import (
-    Relay,
-    add_counts,
-    arguments_object,
-    bad_response,
-    by_status,
-    content_filtered,
-    cut_off,
-    describe,
-    drain,
-    finish,
-    kind_along_mro,
-    name_of,
-    too_long,
-    translating,
-    unconvertible,
-)
-from ._http import (
-    NO_KEY_PLACEHOLDER,
-    api_key_or_placeholder,
-    checked_pricing,
-    redact_url,
-    retry_after,
-    transport_kind,
-)
+from ._anthropic_replies import Events, reply
+from ._anthropic_request import wire_messages, wire_tool
+from ._base import Adapter, check_max_tokens, check_model, check_stream, sdk_client
+from ._common import drain
+from ._errors import ERROR, Failure, by_status, hints, kind_along_mro, translating, translator
+from ._http import NO_KEY_PLACEHOLDER, checked_pricing, transport_kind
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -197,15 +168,11 @@ _CONTEXT_LENGTH_PHRASES: Final = (
     "context_length_exceeded",
 )
 
-_HINTS: Final[Mapping[str, str]] = {
-    "auth": "check the API key (api_key= or ANTHROPIC_API_KEY)",
-    "permission": "the API key or its organization may not use this model or endpoint, "
+_HINTS: Final = hints(
+    "check the API key (api_key= or ANTHROPIC_API_KEY)",
+    "the API key or its organization may not use this model or endpoint, "
     "or may not spend more (billing, spend limits)",
-    "not_found": "check the model name and the base URL",
-    "connection": "is the server running and the base URL right?",
-    "context_length": "the prompt is longer than the model's context window "
-    "(Limits.max_prompt_chars stops a run before this)",
-}
+)
 
 _TOOL_CHOICES: Final[Mapping[str, str]] = {
     "auto": "auto",
@@ -226,7 +193,7 @@ def _sdk() -> ModuleType:
     return import_extra("anthropic", _INSTALL_HINT)
 
 
-class AnthropicModel:
+class AnthropicModel(Adapter):
     """The Model seam over Anthropic's Messages API (``POST /v1/messages``).
 
     The request: PolyLoop's context is OpenAI chat format; it is converted here.
@@ -314,6 +281,9 @@ class AnthropicModel:
     client it built. ``repr()`` never shows the key.
     """
 
+    _PROVIDER = "anthropic"
+    _OWNER = "AnthropicModel"
+
     def __init__(
         self,
         model: str,
@@ -331,13 +301,10 @@ class AnthropicModel:
     ) -> None:
         name = "AnthropicModel"
         self.pricing = checked_pricing(pricing, name)
-        if not isinstance(model, str) or not model.strip():
-            raise ConfigError(f"{name} needs a model name, e.g. 'claude-sonnet-4-5'; got {model!r}")
-        if not isinstance(stream, bool):
-            raise ConfigError(f"{name} stream must be True or False, got {stream!r}")
+        check_model(name, model, "claude-sonnet-4-5")
+        check_stream(name, stream)
         check_number(f"{name} timeout_s", timeout_s, above=True, unit=" of seconds")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise ConfigError(f"{name} max_tokens must be an int > 0, got {max_tokens!r}")
+        check_max_tokens(name, max_tokens, optional=False)
         if thinking_budget is not None and (
             isinstance(thinking_budget, bool)
             or not isinstance(thinking_budget, int)
@@ -371,57 +338,26 @@ class AnthropicModel:
         self._stream = stream
         # run_id -> (tool_use id -> the thinking blocks of the reply that made it)
         self._thinking: OrderedDict[str, OrderedDict[str, list[dict[str, Any]]]] = OrderedDict()
-        self._closed = False
         self._client: AsyncAnthropic
+        self._client, self._owns_client = sdk_client(
+            sdk.AsyncAnthropic,
+            client,
+            base_url=base_url,
+            api_key=api_key,
+            env=("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+            owner=name,
+            timeout_s=self._timeout_s,
+        )
         if client is not None:
-            if base_url is not None or api_key is not None:
-                raise TypeError(
-                    "pass client= or base_url=/api_key=, not both (a client brings its own)"
-                )
-            self._client = client.with_options(max_retries=0)
             # The SDK's copy drops strict response validation; a strict client stays strict.
             strict = getattr(client, "_strict_response_validation", None)
             if isinstance(strict, bool):
                 self._client._strict_response_validation = strict
-            self._owns_client = False
-        else:
-            base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-            key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
-            key = api_key_or_placeholder(key, base, name, "ANTHROPIC_API_KEY")
-            self._client = sdk.AsyncAnthropic(
-                api_key=key, base_url=base, max_retries=0, timeout=self._timeout_s
-            )
-            self._owns_client = True
-
-    # -- read-only facts ----------------------------------------------------------------------
-    @property
-    def model(self) -> str:
-        """The model name sent with every request."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to (credentials in the URL, if any, shown as ``***``)."""
-        return redact_url(str(self._client.base_url))
 
     @property
     def client(self) -> AsyncAnthropic:
         """The SDK client in use (with ``max_retries=0``)."""
         return self._client
-
-    @property
-    def stream(self) -> bool:
-        """Whether replies are streamed (see the ``stream`` argument)."""
-        return self._stream
-
-    @property
-    def name(self) -> str:
-        """``"anthropic:MODEL"``: the model string of ``polyloop run --model``, journaled with
-        every attempt this model makes."""
-        return f"anthropic:{self._model}"
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel(model={self._model!r}, base_url={self.base_url!r})"
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -440,32 +376,32 @@ class AnthropicModel:
         body = self._body(request)
         with translating(self._translate):
             if self._stream:
-                events = _Events(self._where(), request.on_delta)
+                events = Events(self._where(), request.on_delta)
                 stream = await client.messages.create(**body, stream=True)
                 await drain(stream, events.add)
                 response = events.message()
             else:
                 response = await client.messages.create(**body)
-        reply, thinking = _reply(response, self._where())
-        if thinking and reply.tool_calls:
+        answer, thinking = reply(response, self._where())
+        if thinking and answer.tool_calls:
             kept = self._thinking.get(request.run_id)
             if kept is None:
                 kept = self._thinking[request.run_id] = OrderedDict()
                 if len(self._thinking) > _RUNS_KEPT:
                     self._thinking.popitem(last=False)
-            for call in reply.tool_calls:
+            for call in answer.tool_calls:
                 if call.id:
                     kept[call.id] = thinking
             while len(kept) > _THINKING_KEPT:
                 kept.popitem(last=False)
-        return reply
+        return answer
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         where = self._where()
         kept = self._thinking.get(request.run_id)
         if kept is not None:
             self._thinking.move_to_end(request.run_id)
-        system, messages = _wire_messages(request.messages, kept or {}, where)
+        system, messages = wire_messages(request.messages, kept or {}, where)
         body: dict[str, Any] = {
             "model": self._model,
             "max_tokens": self._max_tokens,
@@ -475,7 +411,7 @@ class AnthropicModel:
         if system:
             body["system"] = system
         if request.tool_specs:
-            body["tools"] = [_wire_tool(spec, where) for spec in request.tool_specs]
+            body["tools"] = [wire_tool(spec, where) for spec in request.tool_specs]
             if request.tool_choice == "none":
                 body["tool_choice"] = {"type": "none"}
             else:
@@ -486,363 +422,11 @@ class AnthropicModel:
             body["extra_body"] = self._extra_body
         return body
 
-    def _where(self) -> str:
-        return f"{self.base_url} (model {self._model!r})"
-
     def _translate(self, exc: Exception) -> ModelCallError | None:
-        key = getattr(self._client, "api_key", None)
-        return _translate(
-            exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
-        )
-
-    # -- lifetime -----------------------------------------------------------------------------
-    async def aclose(self) -> None:
-        """Close the client this model built (idempotent); a ``client=`` passed in stays open."""
-        if self._owns_client and not self._closed:
-            self._closed = True
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-# -- requests ----------------------------------------------------------------------------------
-
-
-def _wire_tool(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """An OpenAI-format function spec as an Anthropic tool; a spec already in Anthropic's
-    shape (with ``input_schema``) is sent as given."""
-    if "input_schema" in spec:
-        return dict(spec)
-    fn = spec.get("function")
-    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise unconvertible(where, f"a tool spec without a function name: {spec!r}")
-    tool: dict[str, Any] = {
-        "name": fn["name"],
-        "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
-    }
-    if fn.get("description"):
-        tool["description"] = fn["description"]
-    return tool
-
-
-def _image(url: str) -> dict[str, Any]:
-    if url.startswith("data:") and ";base64," in url:
-        media_type, _, data = url[5:].partition(";base64,")
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": media_type, "data": data},
-        }
-    return {"type": "image", "source": {"type": "url", "url": url}}
-
-
-def _content_blocks(content: Any, where: str) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    if not isinstance(content, Sequence):
-        raise unconvertible(where, f"message content of type {type(content).__name__}")
-    blocks: list[dict[str, Any]] = []
-    for part in content:
-        if isinstance(part, str):
-            part = {"type": "text", "text": part}
-        if not isinstance(part, Mapping):
-            raise unconvertible(where, f"a content part of type {type(part).__name__}")
-        kind = part.get("type")
-        if kind == "text":
-            if part.get("text"):
-                blocks.append({"type": "text", "text": part["text"]})
-        elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, Mapping) else image
-            if not isinstance(url, str):
-                raise unconvertible(where, f"an image_url part without a url: {part!r}")
-            blocks.append(_image(url))
-        else:  # already an Anthropic block (image, document, ...): sent as given
-            blocks.append(dict(part))
-    return blocks
-
-
-def _text_of(content: Any, where: str) -> str:
-    return "\n\n".join(
-        b["text"] for b in _content_blocks(content, where) if b.get("type") == "text"
-    )
-
-
-def _wire_messages(
-    messages: Sequence[Message], thinking: Mapping[str, list[dict[str, Any]]], where: str
-) -> tuple[str, list[dict[str, Any]]]:
-    """``(system, messages)`` as the Messages API takes them (see the class docstring)."""
-    system: list[str] = []
-    wire: list[dict[str, Any]] = []
-
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
-        if not blocks:
-            return
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["content"].extend(blocks)  # a list this function built
-        else:
-            wire.append({"role": role, "content": blocks})
-
-    for message in messages:
-        role = message.get("role")
-        if role in ("system", "developer"):
-            if text := _text_of(message.get("content"), where):
-                system.append(text)
-        elif role == "user":
-            add("user", _content_blocks(message.get("content"), where))
-        elif role == "assistant":
-            blocks: list[dict[str, Any]] = []
-            calls = message.get("tool_calls") or ()
-            for call in calls:
-                kept = thinking.get(call.get("id") or "")
-                if kept is not None:
-                    blocks.extend(kept)
-                    break
-            blocks.extend(_content_blocks(message.get("content"), where))
-            for call in calls:
-                fn = call.get("function") or {}
-                if not isinstance(fn.get("name"), str) or not call.get("id"):
-                    raise unconvertible(where, f"a tool call without a name or id: {call!r}")
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": call["id"],
-                        "name": fn["name"],
-                        "input": arguments_object(fn.get("arguments")),
-                    }
-                )
-            add("assistant", blocks)
-        elif role == "tool":
-            call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise unconvertible(where, "a tool message without a tool_call_id")
-            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
-            content = message.get("content")
-            if isinstance(content, str):
-                result["content"] = content
-            elif content is not None:
-                result["content"] = _content_blocks(content, where)
-            add("user", [result])
-        else:
-            raise unconvertible(where, f"a message with role {role!r}")
-    return "\n\n".join(system), wire
-
-
-# -- replies -----------------------------------------------------------------------------------
-
-
-def _usage(reported: Any) -> Usage | None:
-    if reported is None:
-        return None
-    parts = [
-        getattr(reported, field, None)
-        for field in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    ]
-    total = add_counts(*parts)
-    output = getattr(reported, "output_tokens", None)
-    if total is None and output is None:
-        return None
-    details = getattr(reported, "output_tokens_details", None)
-    return Usage(
-        total,
-        output,
-        cached_tokens=parts[1],
-        reasoning_tokens=getattr(details, "thinking_tokens", None),
-    )
-
-
-def _reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]:
-    """Map a message to a ``ModelReply``, and the thinking blocks to send back with its tool
-    calls. The SDK does not validate response bodies, so every field used is checked here;
-    a body of the wrong shape is ``bad_response``."""
-    content = getattr(response, "content", None)
-    if not isinstance(content, list):
-        shown = repr(response)
-        shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise bad_response(where, f"no content blocks in the response: {shown}")
-    if getattr(response, "stop_reason", None) == "refusal":
-        raise content_filtered(where, "stop_reason refusal")
-    texts: list[str] = []
-    reasoning: list[str] = []
-    thinking: list[dict[str, Any]] = []
-    calls: list[ToolCall] = []
-    for block in content:
-        kind = getattr(block, "type", None)
-        if kind == "text":
-            text = getattr(block, "text", None)
-            if not isinstance(text, str):
-                raise bad_response(where, f"a text block without text: {block!r}")
-            texts.append(text)
-        elif kind == "thinking":
-            thought = getattr(block, "thinking", None)
-            if isinstance(thought, str) and thought:
-                reasoning.append(thought)
-            thinking.append(
-                {
-                    "type": "thinking",
-                    "thinking": thought or "",
-                    "signature": getattr(block, "signature", None) or "",
-                }
-            )
-        elif kind == "redacted_thinking":
-            thinking.append({"type": "redacted_thinking", "data": getattr(block, "data", "")})
-        elif kind == "tool_use":
-            name, arguments = getattr(block, "name", None), getattr(block, "input", None)
-            if not isinstance(name, str):
-                raise bad_response(where, f"a tool_use block without a name: {block!r}")
-            if arguments is None:
-                arguments = {}
-            elif not isinstance(arguments, Mapping | _Undecoded):
-                raise bad_response(
-                    where, f"tool_use {name!r} has input of type {type(arguments).__name__}"
-                )
-            call_id = getattr(block, "id", None)
-            arguments = str(arguments) if isinstance(arguments, str) else dict(arguments)
-            calls.append(ToolCall(name, arguments, call_id if isinstance(call_id, str) else None))
-        # other blocks (server tools' calls and results) are not PolyLoop's to act on
-    reply = ModelReply(
-        text="".join(texts),
-        reasoning="\n\n".join(reasoning) if reasoning else None,
-        tool_calls=tuple(calls),
-        call_id=name_of(getattr(response, "id", None)),
-        usage=_usage(getattr(response, "usage", None)),
-        model=name_of(getattr(response, "model", None)),
-    )
-    return reply, thinking
-
-
-class _Block:
-    """One content block of a streamed message, put together from its deltas."""
-
-    __slots__ = ("pieces", "signature", "start")
-
-    def __init__(self, start: Any) -> None:
-        self.start = start
-        self.pieces: list[str] = []
-        self.signature = getattr(start, "signature", None) or ""
-
-    def whole(self, where: str) -> Any:
-        """The block as the message sent whole would hold it."""
-        kind = getattr(self.start, "type", None)
-        joined = "".join(self.pieces)
-        if kind == "text":
-            return SimpleNamespace(
-                type="text", text=(getattr(self.start, "text", "") or "") + joined
-            )
-        if kind == "thinking":
-            thought = (getattr(self.start, "thinking", "") or "") + joined
-            return SimpleNamespace(type="thinking", thinking=thought, signature=self.signature)
-        if kind == "tool_use" and joined:
-            try:  # too deep to decode: kept as the text received, which the interpreter refuses
-                arguments = _Undecoded(joined) if text_nested_deeper(joined) else json.loads(joined)
-            except ValueError:
-                raise bad_response(
-                    where,
-                    f"tool_use {getattr(self.start, 'name', None)!r} streamed input "
-                    f"that is not JSON: {joined[:200]!r}",
-                ) from None
-            return SimpleNamespace(
-                type="tool_use",
-                id=getattr(self.start, "id", None),
-                name=getattr(self.start, "name", None),
-                input=arguments,
-            )
-        return self.start  # a tool_use with no input deltas, redacted_thinking, others
-
-
-class _Undecoded(str):
-    """Streamed tool input nested too deeply to decode: the call's arguments, as text."""
-
-
-_STREAM_DELTAS: Final[Mapping[str, tuple[str, str, str]]] = {
-    # delta type: (its text field, the on_delta kind, the separator between blocks)
-    "text_delta": ("text", "text", ""),
-    "thinking_delta": ("thinking", "reasoning", "\n\n"),
-    "input_json_delta": ("partial_json", "tool_call", ""),
-}
-
-
-class _Events:
-    """The events of one streamed message, put together into the message sent whole: its id,
-    model and input usage from ``message_start``, each block from its start and deltas (each
-    delta relayed to ``on_delta`` as it arrives), the stop reason and final usage from
-    ``message_delta`` (whose counts are totals that replace the start's)."""
-
-    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
-        self.where = where
-        self.relay = Relay(on_delta)
-        self.head: Any = None
-        self.usage: dict[str, Any] = {}
-        self.blocks: dict[int, _Block] = {}
-        self.stop_reason: Any = None
-        self.stopped = False
-
-    def add(self, event: Any) -> None:
-        kind = getattr(event, "type", None)
-        if kind == "content_block_delta":
-            delta = getattr(event, "delta", None)
-            entry = _STREAM_DELTAS.get(getattr(delta, "type", None) or "")
-            index = getattr(event, "index", None)
-            block = self.blocks.get(index) if isinstance(index, int) else None
-            if block is None:
-                return
-            if entry is not None:
-                piece = getattr(delta, entry[0], None)
-                if isinstance(piece, str):
-                    block.pieces.append(piece)
-                    self.relay(entry[1], piece, index, entry[2])
-            elif getattr(delta, "type", None) == "signature_delta":
-                block.signature = getattr(delta, "signature", None) or ""
-        elif kind == "content_block_start":
-            self.blocks[event.index] = _Block(event.content_block)
-        elif kind == "message_start":
-            self.head = event.message
-            self._count(getattr(self.head, "usage", None))
-        elif kind == "message_delta":
-            self.stop_reason = getattr(getattr(event, "delta", None), "stop_reason", None)
-            self._count(getattr(event, "usage", None))
-        elif kind == "message_stop":
-            self.stopped = True
-
-    def _count(self, usage: Any) -> None:
-        for field in (
-            "input_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
-            "output_tokens",
-            "output_tokens_details",
-        ):
-            value = getattr(usage, field, None)
-            if value is not None:
-                self.usage[field] = value
-
-    def message(self) -> Any:
-        """The message; a stream without ``message_stop`` was cut off."""
-        if not self.stopped or self.head is None:
-            raise cut_off(self.where, "its message_stop event")
-        return SimpleNamespace(
-            id=getattr(self.head, "id", None),
-            model=getattr(self.head, "model", None),
-            content=[self.blocks[i].whole(self.where) for i in sorted(self.blocks)],
-            stop_reason=self.stop_reason,
-            usage=SimpleNamespace(**self.usage) if self.usage else None,
-        )
+        return _translate(exc, self._sdk, self._where(), secret=self._key())
 
 
 # -- errors ------------------------------------------------------------------------------------
-
-
-_ERROR: Final = ("error", False)
 
 
 def _streamed_kind(body: object) -> tuple[str, bool] | None:
@@ -852,34 +436,23 @@ def _streamed_kind(body: object) -> tuple[str, bool] | None:
     return _STREAMED_KINDS.get(kind) if isinstance(kind, str) else None
 
 
-def _translate(
-    exc: Exception, sdk: ModuleType, where: str, *, secret: str | None = None
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK (or, in a stream, its HTTP transport)
-    raised; None if it is neither's. ``secret`` (the API key) is masked in the message, which
-    is journaled."""
-    shown = describe(exc, with_cause=isinstance(exc, sdk.APIConnectionError))
-    status: int | None = None
-    if isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
-        kind, retryable = "bad_response", True
-        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
-    elif isinstance(exc, sdk.AnthropicError):
-        kind, retryable = kind_along_mro(exc, sdk, _ERROR_KINDS) or _ERROR
+def _classify(exc: Exception, sdk: ModuleType) -> Failure | None:
+    """What an exception of the SDK, or of its HTTP transport in a stream, means (None:
+    neither's)."""
+    if isinstance(exc, sdk.AnthropicError):
+        kind, retryable = kind_along_mro(exc, sdk, _ERROR_KINDS) or ERROR
         code = getattr(exc, "status_code", None)
         status = code if isinstance(code, int) else None
         if status is not None and status < 400:  # an error event inside a 200 stream
             streamed = _streamed_kind(getattr(exc, "body", None))
             kind, retryable = streamed or (kind, retryable)
             status = None
-        message = f"{type(exc).__name__} from {where}: {shown}"
-    elif (entry := transport_kind(exc)) is not None:
-        kind, retryable = entry
-        message = f"{type(exc).__name__} from {where}: {shown}"
-    else:
-        return None
-    if isinstance(exc, sdk.APIStatusError):  # 501 Not Implemented: no server trouble
-        kind, retryable = by_status(kind, retryable, status, not_server=frozenset({501}))
-    if isinstance(exc, sdk.APIError) and too_long(exc, kind, status, _CONTEXT_LENGTH_PHRASES):
-        kind, retryable = "context_length", False
-    wait = retry_after(getattr(exc, "response", None)) if retryable else None
-    return finish(message, kind, retryable, wait, hints=_HINTS, secret=secret)
+        if isinstance(exc, sdk.APIStatusError):  # 501 Not Implemented: no server trouble
+            kind, retryable = by_status(kind, retryable, status, not_server=frozenset({501}))
+        said = () if isinstance(exc, sdk.APIError) else None
+        return Failure(kind, retryable, status, said, cause=isinstance(exc, sdk.APIConnectionError))
+    entry = transport_kind(exc)
+    return None if entry is None else Failure(*entry)
+
+
+_translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)

@@ -41,54 +41,43 @@ Not retryable:
 An error Gemini sends inside a stream (a ``google.rpc.Status`` chunk) is raised by the SDK as
 ``APIError`` with its code, and mapped by the code as above.
 
-Exceptions that are neither the SDK's nor its transport's propagate unchanged (the kernel
-counts them non-retryable); ``asyncio.CancelledError`` always propagates.
+What a context-length error ends a run with, and which exceptions propagate: as for every
+adapter (:mod:`polyloop.models`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType, SimpleNamespace, TracebackType
-from typing import Any, Final, Self
-
-import pydantic
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any, Final
 
 from ..types import (
     ConfigError,
-    Message,
     ModelCallError,
     ModelReply,
     ModelRequest,
     Pricing,
-    ToolCall,
-    Usage,
     check_number,
     import_extra,
 )
-from ._common import (
+from ._base import Adapter, check_max_tokens, check_model, check_stream
+from ._common import drain
+from ._errors import (
     KIND_BY_STATUS,
-    Relay,
-    add_counts,
-    arguments_object,
-    bad_response,
-    content_filtered,
-    cut_off,
-    describe,
-    drain,
-    finish,
+    Failure,
+    hints,
     kind_along_mro,
     mentions,
-    name_of,
-    too_long,
     translating,
+    translator,
 )
-from ._http import checked_pricing, redact_url, retry_after, seconds, transport_kind
+from ._gemini_replies import Chunks, reply
+from ._gemini_request import wire_contents, wire_declarations
+from ._http import checked_pricing, redact_url, seconds, transport_kind
 
 __all__ = ["GeminiModel"]
 
@@ -122,35 +111,9 @@ _CONTEXT_LENGTH_PHRASES: Final = (
     "too many tokens",
 )
 
-_HINTS: Final[Mapping[str, str]] = {
-    "auth": "check the API key (api_key=, GOOGLE_API_KEY or GEMINI_API_KEY)",
-    "permission": "the API key may not use this model or endpoint",
-    "not_found": "check the model name and the base URL",
-    "connection": "is the server running and the base URL right?",
-    "context_length": "the prompt is longer than the model's context window "
-    "(Limits.max_prompt_chars stops a run before this)",
-}
+_HINTS: Final = hints("check the API key (api_key=, GOOGLE_API_KEY or GEMINI_API_KEY)")
 
-# The finish reasons of a candidate Gemini stopped for its content policy.
-_FILTERED: Final = frozenset(
-    {
-        "SAFETY",
-        "RECITATION",
-        "BLOCKLIST",
-        "PROHIBITED_CONTENT",
-        "SPII",
-        "IMAGE_SAFETY",
-        "IMAGE_PROHIBITED_CONTENT",
-        "IMAGE_RECITATION",
-        "MODEL_ARMOR",
-    }
-)
-
-# Gemini's documented stand-in for a thought signature it did not issue to this process
-# (a call from before a resume, or from another model): it skips the signature check.
-_NO_SIGNATURE: Final = b"skip_thought_signature_validator"
 _SIGNATURES_KEPT: Final = 4096
-_OWN_ID_PREFIX: Final = "gemini_"
 
 
 def _sdk() -> ModuleType:
@@ -158,7 +121,7 @@ def _sdk() -> ModuleType:
     return import_extra("google.genai", _INSTALL_HINT, missing=("google",))
 
 
-class GeminiModel:
+class GeminiModel(Adapter):
     """The Model seam over the Gemini API.
 
     One ``complete`` is one ``POST {base_url}/v1beta/models/{model}:generateContent``. The
@@ -229,6 +192,9 @@ class GeminiModel:
     shows the key.
     """
 
+    _PROVIDER = "gemini"
+    _OWNER = "GeminiModel"
+
     def __init__(
         self,
         model: str,
@@ -243,18 +209,12 @@ class GeminiModel:
         pricing: Pricing | None = None,
         stream: bool = False,
     ) -> None:
-        self.pricing = checked_pricing(pricing, "GeminiModel")
-        if not isinstance(model, str) or not model.strip():
-            raise ConfigError(
-                f"GeminiModel needs a model name, e.g. 'gemini-2.5-flash'; got {model!r}"
-            )
-        if not isinstance(stream, bool):
-            raise ConfigError(f"GeminiModel stream must be True or False, got {stream!r}")
-        check_number("GeminiModel timeout_s", timeout_s, above=True, unit=" of seconds")
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
-        ):
-            raise ConfigError(f"GeminiModel max_tokens must be an int > 0, got {max_tokens!r}")
+        name = "GeminiModel"
+        self.pricing = checked_pricing(pricing, name)
+        check_model(name, model, "gemini-2.5-flash")
+        check_stream(name, stream)
+        check_number(f"{name} timeout_s", timeout_s, above=True, unit=" of seconds")
+        check_max_tokens(name, max_tokens)
         check_number("GeminiModel temperature", temperature, none="the model's")
         sdk = _sdk()
         self._sdk = sdk
@@ -268,7 +228,7 @@ class GeminiModel:
                 "GeminiModel has no API key: pass api_key= or set GEMINI_API_KEY "
                 "(or GOOGLE_API_KEY)"
             )
-        self._key = key
+        self._api_key = key
         types = sdk.types
         options: dict[str, Any] = {
             "base_url": base_url,
@@ -298,33 +258,13 @@ class GeminiModel:
             http_options=types.HttpOptions(**options, async_client_args=hooks),
         )
         self._signatures: OrderedDict[str, bytes] = OrderedDict()
-        self._closed = False
-
-    # -- read-only facts ----------------------------------------------------------------------
-    @property
-    def model(self) -> str:
-        """The model name sent with every request."""
-        return self._model
+        self._owns_client = True
 
     @property
     def base_url(self) -> str:
         """The API root requests go to (credentials in the URL, if any, shown as ``***``)."""
         url = self._client._api_client._http_options.base_url
         return redact_url(str(url))
-
-    @property
-    def stream(self) -> bool:
-        """Whether replies are streamed (see the ``stream`` argument)."""
-        return self._stream
-
-    @property
-    def name(self) -> str:
-        """``"gemini:MODEL"``: the model string of ``polyloop run --model``, journaled with
-        every attempt this model makes."""
-        return f"gemini:{self._model}"
-
-    def __repr__(self) -> str:
-        return f"GeminiModel(model={self._model!r}, base_url={self.base_url!r})"
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -342,7 +282,7 @@ class GeminiModel:
 
         Nothing is retried here; a failed call may have been processed (and billed) or not.
         """
-        system, contents = self._contents(request.messages)
+        system, wire = wire_contents(request.messages, self._signatures)
         config = dict(self._config)
         if system:
             config["system_instruction"] = system
@@ -355,14 +295,14 @@ class GeminiModel:
         models = self._client.aio.models
         with translating(self._translate):
             if self._stream:
-                chunks = _Chunks(self._where(), request.on_delta)
+                chunks = Chunks(self._where(), request.on_delta)
                 task = asyncio.current_task()
                 opened: list[Any] = []
                 if task is not None:
                     self._opened[task] = opened
                 try:
                     stream = await models.generate_content_stream(
-                        model=self._model, contents=contents, config=config
+                        model=self._model, contents=wire, config=config
                     )
                     await drain(stream, chunks.add)
                 finally:
@@ -373,12 +313,12 @@ class GeminiModel:
                 response = chunks.response()
             else:
                 response = await models.generate_content(
-                    model=self._model, contents=contents, config=config
+                    model=self._model, contents=wire, config=config
                 )
-            return self._reply(response)
+            return reply(response, self._where(), self._remember)
 
     def _translate(self, exc: Exception) -> ModelCallError | None:
-        return _translate(exc, self._errors, self._where(), secret=self._key)
+        return _translate(exc, self._errors, self._where(), secret=self._api_key)
 
     async def _on_response(self, response: Any) -> None:
         """httpx's response hook: note the response for the streaming call that opened it."""
@@ -387,16 +327,13 @@ class GeminiModel:
         if opened is not None:
             opened.append(response)
 
-    def _where(self) -> str:
-        return f"{self.base_url} (model {self._model!r})"
-
     def _tools(self, specs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """``tools`` and ``tool_config`` for ``specs``, converted once per tool set (a run
         passes the same specs every step)."""
         if self._last_tools is not None and self._last_tools[0] is specs:
             return self._last_tools[1]
         types = self._types
-        declarations = [types.FunctionDeclaration(**d) for d in _declarations(specs)]
+        declarations = [types.FunctionDeclaration(**d) for d in wire_declarations(specs)]
         out: dict[str, Any] = {"tools": [types.Tool(function_declarations=declarations)]}
         if self._mode is not None:
             out["tool_config"] = types.ToolConfig(
@@ -405,240 +342,13 @@ class GeminiModel:
         self._last_tools = (specs, out)
         return out
 
-    def _contents(self, messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
-        system: list[str] = []
-        contents: list[dict[str, Any]] = []
-        names: dict[str, str] = {}
-
-        def add(role: str, parts: list[dict[str, Any]]) -> None:
-            if not parts:
-                return
-            if contents and contents[-1]["role"] == role:
-                contents[-1]["parts"].extend(parts)
-            else:
-                contents.append({"role": role, "parts": parts})
-
-        for message in messages:
-            role = message.get("role")
-            if role in ("system", "developer"):
-                system.append(_text_of(message.get("content")))
-            elif role == "assistant":
-                parts: list[dict[str, Any]] = []
-                text = _text_of(message.get("content"))
-                if text:
-                    parts.append({"text": text})
-                for call in message.get("tool_calls") or ():
-                    fn = call.get("function") or {}
-                    call_id, name = call.get("id"), fn.get("name", "")
-                    part: dict[str, Any] = {
-                        "name": name,
-                        "args": arguments_object(fn.get("arguments")),
-                    }
-                    if isinstance(call_id, str):
-                        names[call_id] = name
-                        if not call_id.startswith(_OWN_ID_PREFIX):
-                            part["id"] = call_id
-                    signature = self._signatures.get(call_id) if call_id else None
-                    parts.append(
-                        {"function_call": part, "thought_signature": signature or _NO_SIGNATURE}
-                    )
-                add("model", parts)
-            elif role == "tool":
-                call_id = message.get("tool_call_id")
-                response: dict[str, Any] = {
-                    "name": names.get(call_id, "") if isinstance(call_id, str) else "",
-                    "response": {"result": _text_of(message.get("content"))},
-                }
-                if isinstance(call_id, str) and not call_id.startswith(_OWN_ID_PREFIX):
-                    response["id"] = call_id
-                add("user", [{"function_response": response}])
-            elif text := _text_of(message.get("content")):  # Gemini refuses an empty text part
-                add("user", [{"text": text}])
-        return "\n\n".join(s for s in system if s), contents
-
-    def _reply(self, response: Any) -> ModelReply:
-        """Map a ``GenerateContentResponse`` to a ``ModelReply``; a wrong shape is
-        ``bad_response``."""
-        where = self._where()
-        response_id = getattr(response, "response_id", None)
-        candidates = getattr(response, "candidates", None)
-        if not candidates:
-            feedback = getattr(response, "prompt_feedback", None)
-            reason = getattr(feedback, "block_reason", None)
-            if reason is not None:
-                raise content_filtered(
-                    where, f"it blocked the prompt (blockReason {getattr(reason, 'value', reason)})"
-                )
-            raise bad_response(where, f"no candidates in the response (responseId {response_id!r})")
-        candidate = candidates[0]
-        content = getattr(candidate, "content", None)
-        parts = getattr(content, "parts", None) or ()
-        finish = getattr(getattr(candidate, "finish_reason", None), "value", None)
-        if finish in _FILTERED:
-            raise content_filtered(where, f"finishReason {finish}")
-        if not parts and finish in ("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"):
-            raise bad_response(where, f"the candidate ended {finish}")
-        texts: list[str] = []
-        thoughts: list[str] = []
-        calls: list[ToolCall] = []
-        for part in parts:
-            fn = getattr(part, "function_call", None)
-            if fn is not None:
-                name = getattr(fn, "name", None)
-                if not isinstance(name, str) or not name:
-                    raise bad_response(where, f"a function call without a name: {fn!r}")
-                args = getattr(fn, "args", None)
-                gid = getattr(fn, "id", None)
-                call_id = gid if isinstance(gid, str) and gid else None
-                if call_id is None or call_id.startswith(_OWN_ID_PREFIX):
-                    call_id = _OWN_ID_PREFIX + uuid.uuid4().hex
-                signature = getattr(part, "thought_signature", None)
-                if isinstance(signature, bytes) and signature:
-                    self._remember(call_id, signature)
-                calls.append(ToolCall(name, dict(args) if args else {}, call_id))
-                continue
-            text = getattr(part, "text", None)
-            if isinstance(text, str) and text:
-                (thoughts if getattr(part, "thought", None) else texts).append(text)
-        return ModelReply(
-            text="".join(texts),
-            reasoning="".join(thoughts) or None,
-            tool_calls=tuple(calls),
-            call_id=response_id if isinstance(response_id, str) and response_id else None,
-            usage=_usage(getattr(response, "usage_metadata", None)),
-            model=name_of(getattr(response, "model_version", None)),
-        )
-
     def _remember(self, call_id: str, signature: bytes) -> None:
         self._signatures[call_id] = signature
         if len(self._signatures) > _SIGNATURES_KEPT:
             self._signatures.popitem(last=False)
 
-    # -- lifetime -----------------------------------------------------------------------------
-    async def aclose(self) -> None:
-        """Close the SDK client (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            await self._client.aio.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-# -- requests ----------------------------------------------------------------------------------
-
-
-def _text_of(content: Any) -> str:
-    """A message's content as text: a string as is, the text parts of a list joined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
-        )
-    return str(content)
-
-
-def _declarations(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI-format tool specs as Gemini function declarations."""
-    out: list[dict[str, Any]] = []
-    for spec in specs:
-        fn = spec.get("function", spec)
-        declaration: dict[str, Any] = {"name": fn["name"]}
-        if fn.get("description"):
-            declaration["description"] = fn["description"]
-        if fn.get("parameters") is not None:
-            declaration["parameters_json_schema"] = fn["parameters"]
-        out.append(declaration)
-    return out
-
-
-# -- replies -----------------------------------------------------------------------------------
-
-
-def _usage(reported: Any) -> Usage | None:
-    if reported is None:
-        return None
-    prompt = getattr(reported, "prompt_token_count", None)
-    candidates = getattr(reported, "candidates_token_count", None)
-    thoughts = getattr(reported, "thoughts_token_count", None)
-    output = add_counts(candidates, thoughts)
-    if prompt is None and output is None:
-        return None
-    cached = getattr(reported, "cached_content_token_count", None)
-    return Usage(prompt, output, cached_tokens=cached, reasoning_tokens=thoughts)
-
-
-class _Chunks:
-    """The chunks of one streamed ``generateContent``, put together into the response sent
-    whole: the first candidate's parts in order (each text or thought piece, and each
-    function call, relayed to ``on_delta`` as it arrives), its ``finishReason``, the
-    ``responseId``, and the ``modelVersion`` and usage of the last chunk that has them (a
-    chunk's usage is the running total)."""
-
-    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
-        self.where = where
-        self.relay = Relay(on_delta)
-        self.parts: list[Any] = []
-        self.finish: Any = None
-        self.feedback: Any = None
-        self.usage: Any = None
-        self.model_version: str | None = None
-        self.response_id: str | None = None
-
-    def add(self, chunk: Any) -> None:
-        self.response_id = self.response_id or name_of(getattr(chunk, "response_id", None))
-        self.model_version = name_of(getattr(chunk, "model_version", None)) or self.model_version
-        usage = getattr(chunk, "usage_metadata", None)
-        if usage is not None:
-            self.usage = usage
-        feedback = getattr(chunk, "prompt_feedback", None)
-        if getattr(feedback, "block_reason", None) is not None:
-            self.feedback = feedback
-        candidates = getattr(chunk, "candidates", None) or ()
-        if not candidates:
-            return
-        candidate = candidates[0]
-        for part in getattr(getattr(candidate, "content", None), "parts", None) or ():
-            self.parts.append(part)
-            fn = getattr(part, "function_call", None)
-            if fn is not None:
-                args = getattr(fn, "args", None)
-                self.relay("tool_call", json.dumps(dict(args) if args else {}))
-            elif getattr(part, "thought", None):
-                self.relay("reasoning", getattr(part, "text", None))
-            else:
-                self.relay("text", getattr(part, "text", None))
-        finish_reason = getattr(candidate, "finish_reason", None)
-        if finish_reason is not None:
-            self.finish = finish_reason
-
-    def response(self) -> Any:
-        """The response; a stream with neither a finish reason nor a blocked prompt was cut
-        off."""
-        candidates = []
-        if self.feedback is None:
-            if self.finish is None:
-                raise cut_off(self.where, "a chunk with a finishReason")
-            content = SimpleNamespace(parts=self.parts)
-            candidates.append(SimpleNamespace(content=content, finish_reason=self.finish))
-        return SimpleNamespace(
-            candidates=candidates,
-            prompt_feedback=self.feedback,
-            response_id=self.response_id,
-            model_version=self.model_version,
-            usage_metadata=self.usage,
-        )
+    async def _close_client(self) -> None:
+        await self._client.aio.aclose()
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -658,23 +368,17 @@ def _retry_info(details: Any) -> float | None:
     return None
 
 
-def _translate(
-    exc: Exception, errors: ModuleType, where: str, *, secret: str | None = None
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK or its transport raised; None if it is
-    neither's. ``secret`` (the API key) is masked in the message: the message is journaled."""
-    shown = describe(exc, with_cause=transport_kind(exc) is not None)
+def _classify(exc: Exception, errors: ModuleType) -> Failure | None:
+    """What an exception of the SDK (``errors``, its ``google.genai.errors``) or of its HTTP
+    transport means (None: neither's): an ``APIError`` by its HTTP ``code``."""
     entry = kind_along_mro(exc, errors, _ERROR_KINDS) or transport_kind(exc)
-    if entry is None and isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
-        entry = ("bad_response", True)
     if entry is None:
         return None
     kind, retryable = entry
-    if kind == "bad_response":
-        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
-    else:
-        message = f"{type(exc).__name__} from {where}: {shown}"
+    status: int | None = None
+    said: tuple[object, ...] | None = None
     code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
     if isinstance(exc, errors.APIError) and isinstance(code, int):
         if code in KIND_BY_STATUS:
             kind, retryable = KIND_BY_STATUS[code]
@@ -682,14 +386,12 @@ def _translate(
             kind, retryable = "server", True
         elif 400 <= code < 500:
             kind, retryable = "error", False
-        details = getattr(exc, "details", None)
         if kind == "bad_request" and mentions(exc, ("api_key_invalid",), details):
             kind = "auth"
-        elif too_long(exc, kind, code, _CONTEXT_LENGTH_PHRASES, details):
-            kind = "context_length"
-    wait = None
-    if retryable:
-        wait = retry_after(getattr(exc, "response", None))
-        if wait is None:
-            wait = _retry_info(getattr(exc, "details", None))
-    return finish(message, kind, retryable, wait, hints=_HINTS, secret=secret)
+        else:
+            status, said = code, (details,)
+    cause, body = transport_kind(exc) is not None, entry[0] == "bad_response"
+    return Failure(kind, retryable, status, said, cause, body, _retry_info(details))
+
+
+_translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)

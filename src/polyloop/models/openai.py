@@ -39,25 +39,18 @@ Not retryable:
   filter withheld or cut it; Azure OpenAI sends it);
 * ``error``: any other ``openai.OpenAIError``, other 4xx statuses included.
 
-A provider's context-length error is kind ``context_length``; the run ends ``llm_error`` (never
-``context_overflow``, which is PolyLoop's own ``max_prompt_chars`` check before the call).
-Exceptions that are not the SDK's propagate unchanged (the kernel counts them non-retryable);
-``asyncio.CancelledError`` always propagates.
+What a context-length error ends a run with, and which exceptions propagate: as for every
+adapter (:mod:`polyloop.models`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
-from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
-
-import pydantic
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
 
 from ..types import (
-    ConfigError,
     Message,
     ModelCallError,
     ModelReply,
@@ -66,20 +59,19 @@ from ..types import (
     check_number,
     import_extra,
 )
-from ._common import (
+from ._base import Adapter, check_max_tokens, check_model, check_stream, sdk_client
+from ._common import drain, stream_refused
+from ._errors import (
+    ERROR,
     KIND_BY_STATUS,
+    Failure,
     by_status,
-    describe,
-    drain,
-    finish,
+    hints,
     kind_along_mro,
-    stream_refused,
-    too_long,
     translating,
+    translator,
 )
-from ._http import NO_KEY_PLACEHOLDER, api_key_or_placeholder, checked_pricing
-from ._http import redact_url as _redact_url
-from ._http import retry_after as _retry_after
+from ._http import NO_KEY_PLACEHOLDER, checked_pricing
 from ._openai_replies import Chunks, reply
 
 if TYPE_CHECKING:
@@ -151,14 +143,7 @@ _CONTEXT_LENGTH_PHRASES: Final = (
     "prompt is too long",
 )
 
-_HINTS: Final[Mapping[str, str]] = {
-    "auth": "check the API key (api_key= or OPENAI_API_KEY)",
-    "permission": "the API key may not use this model or endpoint",
-    "not_found": "check the model name and the base URL",
-    "connection": "is the server running and the base URL right?",
-    "context_length": "the prompt is longer than the model's context window "
-    "(Limits.max_prompt_chars stops a run before this)",
-}
+_HINTS: Final = hints("check the API key (api_key= or OPENAI_API_KEY)")
 
 
 def _sdk() -> ModuleType:
@@ -166,7 +151,7 @@ def _sdk() -> ModuleType:
     return import_extra("openai", _INSTALL_HINT)
 
 
-class OpenAIModel:
+class OpenAIModel(Adapter):
     """The Model seam over an OpenAI-compatible chat completions endpoint.
 
     One ``complete`` is one ``POST /chat/completions`` with the request's messages and, when
@@ -244,17 +229,13 @@ class OpenAIModel:
         pricing: Pricing | None = None,
         stream: bool = False,
     ) -> None:
-        self.pricing = checked_pricing(pricing, type(self).__name__)
-        if not isinstance(model, str) or not model.strip():
-            raise ConfigError(f"OpenAIModel needs a model name, e.g. 'gpt-4o-mini'; got {model!r}")
-        if not isinstance(stream, bool):
-            raise ConfigError(f"OpenAIModel stream must be True or False, got {stream!r}")
-        check_number(f"{type(self).__name__} timeout_s", timeout_s, above=True, unit=" of seconds")
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
-        ):
-            raise ConfigError(f"OpenAIModel max_tokens must be an int > 0, got {max_tokens!r}")
-        check_number(f"{type(self).__name__} temperature", temperature, none="the server's")
+        owner = type(self).__name__
+        self.pricing = checked_pricing(pricing, owner)
+        check_model("OpenAIModel", model, "gpt-4o-mini")
+        check_stream("OpenAIModel", stream)
+        check_number(f"{owner} timeout_s", timeout_s, above=True, unit=" of seconds")
+        check_max_tokens("OpenAIModel", max_tokens)
+        check_number(f"{owner} temperature", temperature, none="the server's")
         sdk = _sdk()
         self._sdk = sdk
         self._model = model
@@ -264,54 +245,21 @@ class OpenAIModel:
         self._extra_body = dict(extra_body) if extra_body else None
         self._tool_choice = tool_choice
         self._stream = stream
-        self._closed = False
         self._client: AsyncOpenAI
-        if client is not None:
-            if base_url is not None or api_key is not None:
-                raise TypeError(
-                    "pass client= or base_url=/api_key=, not both (a client brings its own)"
-                )
-            self._client = client.with_options(max_retries=0)
-            self._owns_client = False
-        else:
-            base = base_url or os.environ.get("OPENAI_BASE_URL") or None
-            key = api_key or os.environ.get("OPENAI_API_KEY") or None
-            key = api_key_or_placeholder(key, base, type(self).__name__, "OPENAI_API_KEY")
-            self._client = sdk.AsyncOpenAI(
-                api_key=key, base_url=base, max_retries=0, timeout=self._timeout_s
-            )
-            self._owns_client = True
-
-    # -- read-only facts ----------------------------------------------------------------------
-    @property
-    def model(self) -> str:
-        """The model name sent with every request."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to (credentials in the URL, if any, shown as ``***``)."""
-        return _redact_url(str(self._client.base_url))
+        self._client, self._owns_client = sdk_client(
+            sdk.AsyncOpenAI,
+            client,
+            base_url=base_url,
+            api_key=api_key,
+            env=("OPENAI_BASE_URL", "OPENAI_API_KEY"),
+            owner=owner,
+            timeout_s=self._timeout_s,
+        )
 
     @property
     def client(self) -> AsyncOpenAI:
         """The SDK client in use (with ``max_retries=0``)."""
         return self._client
-
-    @property
-    def stream(self) -> bool:
-        """Whether replies are streamed: the ``stream`` argument, until the server refuses
-        to stream (then False for the rest of this object's life; see ``stream``)."""
-        return self._stream
-
-    @property
-    def name(self) -> str:
-        """``"openai:MODEL"`` (``"openai-responses:MODEL"`` for the Responses API): the model
-        string of ``polyloop run --model``, journaled with every attempt this model makes."""
-        return f"{self._PROVIDER}:{self._model}"
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self._model!r}, base_url={self.base_url!r})"
 
     # -- the seam -----------------------------------------------------------------------------
     async def complete(self, request: ModelRequest) -> ModelReply:
@@ -364,10 +312,7 @@ class OpenAIModel:
         return stream_refused(self._where())
 
     def _translate(self, exc: Exception) -> ModelCallError | None:
-        key = getattr(self._client, "api_key", None)
-        return _translate(
-            exc, self._sdk, self._where(), secret=key if isinstance(key, str) else None
-        )
+        return _translate(exc, self._sdk, self._where(), secret=self._key())
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -376,40 +321,32 @@ class OpenAIModel:
             "timeout": self._timeout_s,
         }
         if request.tool_specs:
-            body["tools"] = list(request.tool_specs)
-            body["parallel_tool_calls"] = False
-            if request.tool_choice == "none":
-                body["tool_choice"] = "none"
-            elif self._tool_choice is not None:
-                body["tool_choice"] = self._tool_choice
+            self._add_tools(body, request, list(request.tool_specs), self._tool_choice)
+        return self._add_options(body, "max_tokens")
+
+    def _add_tools(
+        self, body: dict[str, Any], request: ModelRequest, tools: list[Any], choice: Any
+    ) -> None:
+        """``tools``, one call at a time, and ``tool_choice``: "none" when the request
+        forbids calling them, else ``choice`` (the configured one, as the API spells it;
+        None: left out)."""
+        body["tools"] = tools
+        body["parallel_tool_calls"] = False
+        if request.tool_choice == "none":
+            body["tool_choice"] = "none"
+        elif choice is not None:
+            body["tool_choice"] = choice
+
+    def _add_options(self, body: dict[str, Any], max_tokens: str) -> dict[str, Any]:
+        """``body`` with the configured temperature, token limit (as the field ``max_tokens``)
+        and ``extra_body``."""
         if self._temperature is not None:
             body["temperature"] = self._temperature
         if self._max_tokens is not None:
-            body["max_tokens"] = self._max_tokens
+            body[max_tokens] = self._max_tokens
         if self._extra_body is not None:
             body["extra_body"] = self._extra_body
         return body
-
-    def _where(self) -> str:
-        return f"{self.base_url} (model {self._model!r})"
-
-    # -- lifetime -----------------------------------------------------------------------------
-    async def aclose(self) -> None:
-        """Close the client this model built (idempotent); a ``client=`` passed in stays open."""
-        if self._owns_client and not self._closed:
-            self._closed = True
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _wire_messages(messages: Sequence[Message]) -> list[Message]:
@@ -427,49 +364,34 @@ def _wire_messages(messages: Sequence[Message]) -> list[Message]:
 # -- errors ------------------------------------------------------------------------------------
 
 
-_ERROR: Final = ("error", False)
-
-
 def _streamed_kind(body: object) -> tuple[int | None, str, bool] | None:
     """``(status, kind, retryable)`` of an error sent inside a stream (``body`` is its
     ``error`` object), or None when nothing in it says."""
     error = body if isinstance(body, Mapping) else {}
     code, kind = error.get("code"), error.get("type")
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
-        return (code, *(KIND_BY_STATUS.get(code) or (("server", True) if code >= 500 else _ERROR)))
+        return (code, *(KIND_BY_STATUS.get(code) or (("server", True) if code >= 500 else ERROR)))
     for key in (code, kind):
         if isinstance(key, str) and key in _BY_CODE:
             return (None, *_BY_CODE[key])
     return None
 
 
-def _translate(
-    exc: Exception, sdk: ModuleType, where: str, *, secret: str | None = None
-) -> ModelCallError | None:
-    """The ``ModelCallError`` for an exception the SDK raised; None if it is not the SDK's.
-    ``secret`` (the API key) is masked in the message: some proxies echo the key they refused,
-    and the message is journaled."""
-    shown = describe(exc, with_cause=isinstance(exc, sdk.APIConnectionError))
-    status: int | None = None
-    if isinstance(exc, json.JSONDecodeError | pydantic.ValidationError):
-        # The SDK decodes a 200 body outside its own error handling: a truncated or invalid
-        # JSON body arrives as a bare JSONDecodeError.
-        kind, retryable = "bad_response", True
-        message = f"bad response from {where}: {type(exc).__name__}: {shown}"
-    elif isinstance(exc, sdk.OpenAIError):
-        kind, retryable = kind_along_mro(exc, sdk, _ERROR_KINDS) or _ERROR
-        code = getattr(exc, "status_code", None)
-        status = code if isinstance(code, int) else None
-        streamed = _streamed_kind(getattr(exc, "body", None)) if type(exc) is sdk.APIError else None
-        if streamed is not None:
-            status, kind, retryable = streamed  # an error sent inside a stream
-        message = f"{type(exc).__name__} from {where}: {shown}"
-    else:
+def _classify(exc: Exception, sdk: ModuleType) -> Failure | None:
+    """What an exception of the SDK means (None: not the SDK's)."""
+    if not isinstance(exc, sdk.OpenAIError):
         return None
+    kind, retryable = kind_along_mro(exc, sdk, _ERROR_KINDS) or ERROR
+    code = getattr(exc, "status_code", None)
+    status = code if isinstance(code, int) else None
+    streamed = _streamed_kind(getattr(exc, "body", None)) if type(exc) is sdk.APIError else None
+    if streamed is not None:
+        status, kind, retryable = streamed  # an error sent inside a stream
     if isinstance(exc, sdk.APIStatusError):
         kind, retryable = by_status(kind, retryable, status)
-    code = getattr(exc, "code", None)
-    if isinstance(exc, sdk.APIError) and too_long(exc, kind, status, _CONTEXT_LENGTH_PHRASES, code):
-        kind, retryable = "context_length", False
-    wait = _retry_after(getattr(exc, "response", None)) if retryable else None
-    return finish(message, kind, retryable, wait, hints=_HINTS, secret=secret)
+    said = (getattr(exc, "code", None),) if isinstance(exc, sdk.APIError) else None
+    cause = isinstance(exc, sdk.APIConnectionError)
+    return Failure(kind, retryable, status, said, cause=cause)
+
+
+_translate: Final = translator(_classify, phrases=_CONTEXT_LENGTH_PHRASES, hints=_HINTS)

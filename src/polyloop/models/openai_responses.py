@@ -32,14 +32,16 @@ from ..types import ConfigError, Message, ModelCallError, ModelReply, ModelReque
 from ._common import (
     Relay,
     bad_response,
+    clipped,
     content_filtered,
     cut_off,
     drain,
     name_of,
-    translating,
     unconvertible,
+    usage_from,
 )
-from ._openai_replies import usage_of
+from ._errors import one_line, translating
+from ._openai_replies import RESPONSES_USAGE
 from .openai import OpenAIModel
 
 __all__ = ["OpenAIResponsesModel"]
@@ -165,21 +167,12 @@ class OpenAIResponsesModel(OpenAIModel):
             "timeout": self._timeout_s,
         }
         if request.tool_specs:
-            body["tools"] = [_wire_tool(spec, where) for spec in request.tool_specs]
-            body["parallel_tool_calls"] = False
-            if request.tool_choice == "none":
-                body["tool_choice"] = "none"
-            elif self._tool_choice is not None:
-                body["tool_choice"] = _wire_tool_choice(self._tool_choice)
+            tools = [_wire_tool(spec, where) for spec in request.tool_specs]
+            choice = self._tool_choice
+            self._add_tools(body, request, tools, choice and _wire_tool_choice(choice))
         if self._reasoning is not None:
             body["reasoning"] = dict(self._reasoning)
-        if self._temperature is not None:
-            body["temperature"] = self._temperature
-        if self._max_tokens is not None:
-            body["max_output_tokens"] = self._max_tokens
-        if self._extra_body is not None:
-            body["extra_body"] = self._extra_body
-        return body
+        return self._add_options(body, "max_output_tokens")
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -296,9 +289,7 @@ def _reply(response: Any, where: str) -> ModelReply:
     response bodies, so every field used is checked here; a wrong shape is ``bad_response``."""
     output = getattr(response, "output", None)
     if not isinstance(output, list):
-        shown = repr(response)
-        shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        raise bad_response(where, f"no output list in the response: {shown}")
+        raise bad_response(where, f"no output list in the response: {clipped(response)}")
     status = getattr(response, "status", None)
     reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
     if status == "incomplete" and reason == "content_filter":
@@ -307,7 +298,7 @@ def _reply(response: Any, where: str) -> ModelReply:
         error = getattr(response, "error", None)
         code, text = getattr(error, "code", None), getattr(error, "message", None)
         raise ModelCallError(
-            f"the response from {where} failed: {code}: {' '.join(str(text).split())}",
+            f"the response from {where} failed: {code}: {one_line(str(text))}",
             retryable=True,
             kind="server",
         )
@@ -344,7 +335,7 @@ def _reply(response: Any, where: str) -> ModelReply:
         reasoning="\n\n".join(summaries) or None,
         tool_calls=tuple(calls),
         call_id=name_of(getattr(response, "id", None)),
-        usage=usage_of(getattr(response, "usage", None), "input_tokens", "output_tokens"),
+        usage=usage_from(getattr(response, "usage", None), RESPONSES_USAGE),
         model=name_of(getattr(response, "model", None)),
     )
 
