@@ -19,7 +19,15 @@ from polyloop.testing import FunctionModel
 from tests.batch import test_postgres as pg_tests
 from tests.durability import pg
 from tests.e2e import test_cli as base
-from tests.e2e.test_cli import CLI, SECRET, SlowableServer, read_call, run_args, run_id_of
+from tests.e2e.test_cli import (
+    CLI,
+    SECRET,
+    SlowableServer,
+    assert_one_line_error,
+    read_call,
+    run_args,
+    run_id_of,
+)
 from tests.e2e.test_cli_postgres import PRICE, reply, tick_tools
 from tests.fakes.openai_server import completion
 
@@ -91,6 +99,21 @@ def test_chat_export_holds_what_the_model_was_sent_then_its_answer(
         for m in record.pop("messages")
     ]
     assert row == record
+
+
+def test_chat_export_bad_output_is_one_line(cli: CLI) -> None:
+    asyncio.run(make_runs(SQLiteJournal(cli.cwd / "j.db")))
+    j = ("export", "--journal", "j.db")
+    missing, parquet_to_stdout, parquet_missing = cli.many(
+        (*j, "--format", "chat", "-o", "no-such-dir/runs.jsonl"),
+        (*j, "--format", "chat-parquet"),
+        (*j, "--format", "chat-parquet", "-o", "no-such-dir/runs.parquet"),
+    )
+    for done in (missing, parquet_to_stdout, parquet_missing):
+        assert_one_line_error(done)
+    assert "cannot write no-such-dir/runs.jsonl: No such file" in missing.err, missing
+    assert "chat-parquet needs an output file: -o chat.parquet" in parquet_to_stdout.err
+    assert "cannot write no-such-dir/runs.parquet" in parquet_missing.err, parquet_missing
 
 
 async def make_runs(journal: Any) -> dict[str, RunResult]:

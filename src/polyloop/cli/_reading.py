@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
 import typer
 
@@ -184,25 +186,38 @@ def _export_chat(journal: str | None, output: Path | None, redact: bool, *, parq
     async def go() -> int:
         async with open_reader(journal) as j:
             records = chat_records(j.journal, redact=redact)
-            if parquet:
-                from polyloop.observe.chat_parquet import write_chat_parquet
+            with _written(output, binary=parquet) as out:
+                if parquet:
+                    from polyloop.observe.chat_parquet import write_chat_parquet
 
-                assert output is not None
-                return await write_chat_parquet(records, output)
-            out = sys.stdout if output is None else output.open("w", encoding="utf-8")
-            try:
+                    return await write_chat_parquet(records, out)
                 n = 0
                 async for record in records:
                     out.write(json.dumps(record, ensure_ascii=False) + "\n")
                     n += 1
                 return n
-            finally:
-                if output is not None:
-                    out.close()
 
     n = call(go)
     if output is not None:
         print(f"wrote {n} runs to {output}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _written(output: Path | None, *, binary: bool) -> Iterator[IO[Any]]:
+    """The file to export to (stdout when None), closed after; a file that cannot be opened
+    is one line of bad input."""
+    if output is None:
+        yield sys.stdout
+        return
+    try:
+        out = output.open("wb") if binary else output.open("w", encoding="utf-8")
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise BadInput(
+            f"cannot write {output}: {why}; give -o a file in a writable folder"
+        ) from None
+    with out:
+        yield out
 
 
 def view(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, BinaryIO
 
 from .chat_export import RUN_FIELDS
 
@@ -73,9 +73,12 @@ def _row(record: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-async def write_chat_parquet(records: AsyncIterable[Mapping[str, Any]], path: Path) -> int:
-    """Write ``records`` to a Parquet file at ``path``, ``ROWS_PER_GROUP`` runs per row group;
-    returns the number of runs. After a failure the file may be partly written."""
+async def write_chat_parquet(
+    records: AsyncIterable[Mapping[str, Any]], path: Path | BinaryIO | IO[Any]
+) -> int:
+    """Write ``records`` as Parquet to ``path`` (a file path, or a binary file open for
+    writing, left open), ``ROWS_PER_GROUP`` runs per row group; returns the number of runs.
+    After a failure the file may be partly written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
