@@ -125,8 +125,8 @@ def export(
         Literal["jsonl", "parquet", "chat", "chat-parquet"],
         typer.Option(
             "--format",
-            help="jsonl, or parquet (needs pip install 'polyloop[parquet]'): one record per "
-            "step; chat (JSON Lines), or chat-parquet: one record per run, its messages in the "
+            help="jsonl, or parquet (needs pip install 'polyloop[parquet]'). chat (JSON Lines) "
+            "or chat-parquet: one record per run instead of one per step, its messages in the "
             "OpenAI chat shape.",
         ),
     ] = "jsonl",
