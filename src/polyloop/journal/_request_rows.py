@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..types import EndRequest, RequestResult, StopReason
-from ._owner import owner_is_dead
+from ._state import lease_is_live
 
 
 def stored_request(kind: object, reason: object, by: object, at: object) -> EndRequest | None:
@@ -53,7 +53,7 @@ def request_answer(
         return ended, stored, False
     writes = request.replaces(stored)
     in_force = request if writes else stored
-    if owner is not None and float(expiry or 0.0) > now and not owner_is_dead(str(owner)):
+    if lease_is_live(owner, expiry, now):
         happened: Literal["requested", "already_requested"] = (
             "requested" if writes else "already_requested"
         )
