@@ -112,42 +112,23 @@ from ..types import (
     RequestResult,
     RunEnd,
     RunExists,
-    RunLeased,
-    RunNotFound,
     RunSpec,
     StepRecord,
     canonical_json,
     check_number,
-    record_json,
 )
 from . import _approvals
 from ._owner import new_owner
-from ._request_rows import request_answer, request_row, stored_request
 from ._rows import _dumps, _prepare
 from ._sql import (
-    APPROVAL_RECORDS,
-    DECIDED,
-    INSERT_JOURNAL,
-    LAST_SEQ,
-    LEASE_OF,
-    NEXT_SEQ,
     PENDING_APPROVALS,
-    REQUEST_OF,
-    REQUEST_STATE,
-    RUN_STATUS,
-    WRITE_REQUEST,
 )
-from ._sqlite_append import _append_fn, _lease_lost, _payload, _release_fn
 from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
 from ._sqlite_process import _ProcessWriter
 from ._sqlite_read import _list_runs, _read_only_pool, _read_run, _read_steps, _step_usage
 from ._sqlite_schema import (
     _INSERT_RUN,
-    _RECOUNT,
-    _RENEW,
-    _TAKE_LEASE,
-    _TAKE_TO_END,
     Durability,
     _open_writer,
 )
@@ -161,7 +142,15 @@ from ._sqlite_writer import (
     _wait_answer,
     _Writer,
 )
-from ._state import lease_is_live
+from ._sqlite_writes import (
+    _acquire_fn,
+    _append_fn,
+    _decide_fn,
+    _payload,
+    _release_fn,
+    _renew_fn,
+    _request_end_fn,
+)
 from ._versions import JOURNAL_SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -387,27 +376,7 @@ class SQLiteJournal:
         self, run_id: str, *, ttl_s: float
     ) -> tuple[Lease, RunSpec, Sequence[Record]]:
         owner = new_owner()
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
-            row = conn.execute(LEASE_OF, (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            old_owner, old_expiry = row
-            now = clock()
-            if lease_is_live(old_owner, old_expiry, now):
-                raise RunLeased(run_id, old_owner, old_expiry)
-            expires = now + ttl_s
-            cur = conn.execute(_TAKE_LEASE, (owner, expires, run_id, old_owner, old_expiry))
-            if cur.rowcount != 1:  # cannot happen under the write lock; lose cleanly if it does
-                now_owner = conn.execute(LEASE_OF, (run_id,)).fetchone()
-                raise RunLeased(run_id, str(now_owner[0]), float(now_owner[1] or 0.0))
-            conn.execute(_RECOUNT, (run_id,))
-            nxt = conn.execute(LAST_SEQ, (run_id,)).fetchone()[0] + 1
-            seqs.set(run_id, (owner, nxt))
-            request = stored_request(*conn.execute(REQUEST_OF, (run_id,)).fetchone())
-            return Lease(run_id, owner, expires, request)
-
+        run = _acquire_fn(run_id, owner, ttl_s, self._clock)
         lease: Lease = await self._write(run, run_id, give_back=True)
         try:
             spec, records = await self.read(run_id)  # nobody else can write it now
@@ -424,17 +393,7 @@ class SQLiteJournal:
             await self._write(_append_fn(p, self._clock), lease.run_id)
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
-            expires = clock() + ttl_s
-            cur = conn.execute(_RENEW, (expires, lease.run_id, lease.owner))
-            if cur.rowcount != 1:
-                raise _lease_lost(conn, lease)
-            # The request stored for the run, if any: how its owner learns of one.
-            request = stored_request(*conn.execute(REQUEST_OF, (lease.run_id,)).fetchone())
-            return Lease(lease.run_id, lease.owner, expires, request)
-
+        run = _renew_fn(lease, ttl_s, self._clock)
         renewed: Lease = await self._write(run, lease.run_id)
         return renewed
 
@@ -451,26 +410,7 @@ class SQLiteJournal:
         ``end(...)`` (fenced: the transaction takes the lease and the end record releases it),
         all in one transaction under the write lock, so two requests racing are decided one
         after the other and the run ends exactly once. Raises ``RunNotFound``."""
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> RequestResult | None:
-            row = conn.execute(REQUEST_STATE, (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            answer, in_force, writes = request_answer(run_id, request, row, clock())
-            if answer is None and conn.execute(LAST_SEQ, (run_id,)).fetchone()[0] != seen:
-                return None  # written since the caller read it: read it again
-            if writes:
-                conn.execute(WRITE_REQUEST, (*request_row(request), run_id))
-            if answer is not None or in_force is None:
-                return answer
-            record = end(in_force)
-            me = new_owner()  # held for this transaction only: the end record releases it
-            conn.execute(_TAKE_TO_END, (me, clock(), run_id))
-            seqs.set(run_id, None)
-            _append_fn(_prepare(Lease(run_id, me, 0.0), (record,)), clock)(conn, seqs)
-            return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
-
+        run = _request_end_fn(run_id, request, seen, end, self._clock)
         answer: RequestResult | None = await self._write(run, run_id)
         return answer
 
@@ -480,22 +420,7 @@ class SQLiteJournal:
         its action awaits one (setting ``runs.status`` back to ``'running'``), so two deciders
         racing, in any processes, are decided one after the other. Needs no lease: a parked run
         has no owner, and nothing else writes to it while it waits."""
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> ApprovalDecided:
-            row = conn.execute(RUN_STATUS, (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            bodies = [body for (body,) in conn.execute(APPROVAL_RECORDS, (run_id,)).fetchall()]
-            written, writes = _approvals.decision_of(run_id, decision, row[0], bodies)
-            if not writes:
-                return written
-            nxt = conn.execute(NEXT_SEQ, (run_id,)).fetchone()[0]
-            conn.execute(INSERT_JOURNAL, (run_id, nxt, written.kind, record_json(written), clock()))
-            conn.execute(DECIDED, (run_id,))
-            seqs.set(run_id, None)
-            return written
-
+        run = _decide_fn(run_id, decision, self._clock)
         decided: ApprovalDecided = await self._write(run, run_id)
         return decided
 

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
@@ -85,7 +84,6 @@ from ...types import (
     RequestResult,
     RunEnd,
     RunExists,
-    RunLeased,
     RunNotFound,
     RunSpec,
     StepRecord,
@@ -95,7 +93,7 @@ from ...types import (
     record_json,
 )
 from .. import _approvals, _observations
-from .._owner import new_owner, owner_is_dead
+from .._owner import new_owner
 from .._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
 from .._request_rows import request_answer, request_row, stored_request
 from .._rows import _Append, _dumps, _parse_run, _prepare, _steps_of
@@ -104,7 +102,6 @@ from .._versions import JOURNAL_SCHEMA_VERSION
 from ._schema import check_schema, set_search_path
 from ._sql import (
     _APPROVAL_STATE,
-    _CLAIM,
     _INSERT_RUN,
     _READ_STEPS,
     _RENEW,
@@ -114,13 +111,11 @@ from ._sql import (
     DECIDED,
     INSERT_JOURNAL,
     LAST_SEQ,
-    LEASE_OF,
     NEXT_SEQ,
     PENDING_APPROVALS,
     READ_LARGE,
     READ_RECORDS,
     READ_RUN,
-    RELEASE,
     RUN_FOUND,
     WRITE_REQUEST,
     clean,
@@ -543,58 +538,6 @@ class PostgresJournal(_Writes):
         if found is None:
             raise RunNotFound(run_id)
         return _steps_of(run_id, names, rows)
-
-    # -- leases -------------------------------------------------------------------------------
-    def _now(self) -> tuple[float, float | None]:
-        """(the local clock now, the ``now`` parameter: None for the server's clock)."""
-        if self._clock is not None:
-            t = self._clock()
-            return t, t
-        return time.time(), None
-
-    async def _claim(self, run_id: str, owner: str, ttl_s: float) -> Lease:
-        dead: str | None = None
-        async with self._connection() as conn:
-            for _ in range(2):
-                local, now = self._now()
-                params: dict[str, Any] = {
-                    "run_id": run_id,
-                    "owner": owner,
-                    "ttl": float(ttl_s),
-                    "now": now,
-                    "dead": dead,
-                }
-                cur = await conn.execute(_CLAIM, params)
-                row = await cur.fetchone()
-                if row is not None:
-                    self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
-                    return Lease(run_id, owner, local + ttl_s, stored_request(*row[1:]))
-                cur = await conn.execute(LEASE_OF, (run_id,))
-                current = await cur.fetchone()
-                if current is None:
-                    raise RunNotFound(run_id)
-                holder, expiry = current[0], current[1]
-                # Leased and live; take it only from an owner proved dead, and only once.
-                if dead is None and holder is not None and owner_is_dead(holder):
-                    dead = str(holder)
-                    continue
-                raise RunLeased(run_id, str(holder), float(expiry or 0.0))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _release(self, lease: Lease) -> None:
-        key = (lease.run_id, lease.owner)
-        async with self._connection() as conn:
-            await conn.execute(RELEASE, key)
-        self._held.pop(key, None)
-        self._locks.pop(key, None)
-
-    async def _give_back(self, lease: Lease) -> None:
-        try:
-            await self._guarded(self._release(lease))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.warning("run %s: could not release its lease", lease.run_id, exc_info=True)
 
     async def _configure(self, conn: _Conn) -> None:
         await set_search_path(conn, self.schema, self._psycopg.sql)

@@ -1,4 +1,5 @@
-"""The PostgreSQL journal's write path: a pooled connection, an append in its own fenced
+"""The PostgreSQL journal's leases and write path: a pooled connection, claiming and releasing
+a lease (the version it was claimed at kept for the fence), an append in its own fenced
 transaction (BEGIN, the fence, the rows, COMMIT in one round trip), group commit of the appends
 queued in one turn of the event loop, and the error of a write fenced out. The journal
 (:class:`polyloop.journal.postgres.PostgresJournal`) is built on it."""
@@ -12,13 +13,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...types import JournalError, Lease, PolyLoopError, RunNotFound
+from ...types import JournalError, Lease, PolyLoopError, RunLeased, RunNotFound
+from .._owner import owner_is_dead
+from .._request_rows import stored_request
 from .._rows import _Append, end_totals
 from .._sqlite_writer import _wait_uninterrupted
 from .._state import lease_lost
 from ._schema import _TABLE_COLUMNS
 from ._sql import (
     _CALL_COLUMNS,
+    _CLAIM,
     _FENCE,
     _FENCE_MANY,
     _MANY_CALLS,
@@ -32,6 +36,7 @@ from ._sql import (
     INSERT_STEP,
     LEASE_OF,
     MARK_UNCERTAIN,
+    RELEASE,
     SET_STATUS,
     UPSERT_CALL,
     clean,
@@ -70,12 +75,61 @@ class _Writes:
     async def open(self) -> object:
         raise NotImplementedError
 
-    async def _give_back(self, lease: Lease) -> None:
-        raise NotImplementedError
-
     def _written_at(self) -> float:
         """``journal.written_at`` of a write now: the writer's clock (or the injected one)."""
         return self._clock() if self._clock is not None else time.time()
+
+    # -- leases -------------------------------------------------------------------------------
+    def _now(self) -> tuple[float, float | None]:
+        """(the local clock now, the ``now`` parameter: None for the server's clock)."""
+        if self._clock is not None:
+            t = self._clock()
+            return t, t
+        return time.time(), None
+
+    async def _claim(self, run_id: str, owner: str, ttl_s: float) -> Lease:
+        dead: str | None = None
+        async with self._connection() as conn:
+            for _ in range(2):
+                local, now = self._now()
+                params: dict[str, Any] = {
+                    "run_id": run_id,
+                    "owner": owner,
+                    "ttl": float(ttl_s),
+                    "now": now,
+                    "dead": dead,
+                }
+                cur = await conn.execute(_CLAIM, params)
+                row = await cur.fetchone()
+                if row is not None:
+                    self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
+                    return Lease(run_id, owner, local + ttl_s, stored_request(*row[1:]))
+                cur = await conn.execute(LEASE_OF, (run_id,))
+                current = await cur.fetchone()
+                if current is None:
+                    raise RunNotFound(run_id)
+                holder, expiry = current[0], current[1]
+                # Leased and live; take it only from an owner proved dead, and only once.
+                if dead is None and holder is not None and owner_is_dead(holder):
+                    dead = str(holder)
+                    continue
+                raise RunLeased(run_id, str(holder), float(expiry or 0.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _release(self, lease: Lease) -> None:
+        key = (lease.run_id, lease.owner)
+        async with self._connection() as conn:
+            await conn.execute(RELEASE, key)
+        self._held.pop(key, None)
+        self._locks.pop(key, None)
+
+    async def _give_back(self, lease: Lease) -> None:
+        try:
+            await self._guarded(self._release(lease))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("run %s: could not release its lease", lease.run_id, exc_info=True)
 
     async def _lease_lost(self, conn: _Conn, lease: Lease, *, known: bool = True) -> PolyLoopError:
         cur = await conn.execute(LEASE_OF, (lease.run_id,))
