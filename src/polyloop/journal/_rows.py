@@ -30,6 +30,7 @@ from ..types import (
     StepRecord,
     StepWritten,
     Usage,
+    canonical_json,
     record_from_dict,
 )
 from ._observations import refilled, stored_json
@@ -62,6 +63,17 @@ def _dumps(value: object, what: str, run_id: str, backend: str = "SQLite") -> st
         raise TypeError(
             f"run {run_id!r}: the {what} must be JSON-ready to be journaled in {backend} ({exc})"
         ) from exc
+
+
+def spec_json(spec: RunSpec, backend: str = "SQLite") -> tuple[str, str | None, str]:
+    """A new run's JSON columns: ``limits_json``, ``metadata_json`` (None: no metadata),
+    ``history_json``. TypeError naming the run and ``backend`` for a value not JSON-ready."""
+    run_id = spec.run_id
+    history = _dumps(list(spec.history), "history", run_id, backend)
+    metadata = None
+    if spec.metadata is not None:
+        metadata = _dumps(dict(spec.metadata), "metadata", run_id, backend)
+    return canonical_json(spec.limits.to_dict()), metadata, history
 
 
 def _error_text(error: ErrorInfo) -> str:
@@ -123,6 +135,10 @@ class _Append:
     rows: list[tuple[str, str]] = field(default_factory=list)
     steps: list[tuple[Any, ...]] = field(default_factory=list)
     calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    """The accounts' writes, in order: (op, its statement's arguments), the statement
+    ``_sql.CALLS[op]``: ``intent`` (a model intent's row), ``uncertain`` (before the intent of
+    a later attempt: the earlier attempts still pending were lost), ``upsert`` (an attempt's
+    outcome)."""
     end: RunEnd | None = None
     executed: int = 0
     """How many of ``steps`` have ``action_status = 'executed'`` (for the run's counters)."""
@@ -140,6 +156,8 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
         p.rows.append((r.kind, stored_json(r, before, after)))
         match r:
             case ModelIntent():
+                if r.attempt > 1:  # earlier attempts of this intent still pending: lost
+                    p.calls.append(("uncertain", (r.intent_id, r.attempt)))
                 p.calls.append(("intent", intent_row(run_id, r)))
             case ModelResult() | ModelAttemptFailed() | ModelFailure():
                 p.calls.append(("upsert", call_row(run_id, r)))

@@ -124,6 +124,8 @@ UPSERT_CALL: Final = (
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
     + UPSERT_SET
 )
+CALLS: Final = {"intent": INSERT_INTENT, "uncertain": MARK_UNCERTAIN, "upsert": UPSERT_CALL}
+"""The ``model_calls`` statement of each op of an append's accounts (``_rows._Append.calls``)."""
 # A parked run (journal schema 1.4): ``awaiting_approval`` with its approval request,
 # ``running`` again with the decision.
 SET_STATUS: Final = "UPDATE runs SET status = ? WHERE run_id = ?"

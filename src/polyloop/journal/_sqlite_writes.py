@@ -27,22 +27,20 @@ from ._request_rows import request_answer, request_row, stored_request
 from ._rows import _Append, _prepare
 from ._sql import (
     APPROVAL_RECORDS,
+    CALLS,
     DECIDED,
     END_PENDING,
     END_RUN,
-    INSERT_INTENT,
     INSERT_JOURNAL,
     INSERT_STEP,
     LAST_SEQ,
     LEASE_OF,
-    MARK_UNCERTAIN,
     NEXT_SEQ,
     RELEASE,
     REQUEST_OF,
     REQUEST_STATE,
     RUN_STATUS,
     SET_STATUS,
-    UPSERT_CALL,
     WRITE_REQUEST,
 )
 from ._sqlite_schema import _COUNT_STEPS, _FENCE, _RECOUNT, _RENEW, _TAKE_LEASE, _TAKE_TO_END
@@ -120,12 +118,7 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
         if p.steps:
             conn.executemany(INSERT_STEP, p.steps)
         for op, args in p.calls:
-            if op == "intent":
-                if args[3] > 1:  # earlier attempts of this intent still pending: lost
-                    conn.execute(MARK_UNCERTAIN, (args[2], args[3]))
-                conn.execute(INSERT_INTENT, args)
-            else:
-                conn.execute(UPSERT_CALL, args)
+            conn.execute(CALLS[op], args)
         if p.status is not None:
             conn.execute(SET_STATUS, (p.status, run_id))
         end = p.end_row

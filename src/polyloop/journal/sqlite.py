@@ -114,12 +114,11 @@ from ..types import (
     RunExists,
     RunSpec,
     StepRecord,
-    canonical_json,
     check_number,
 )
 from . import _approvals
 from ._owner import new_owner
-from ._rows import _dumps, _prepare
+from ._rows import _prepare, spec_json
 from ._sql import (
     PENDING_APPROVALS,
 )
@@ -336,11 +335,7 @@ class SQLiteJournal:
     # -- the seam -----------------------------------------------------------------------------
     async def create(self, spec: RunSpec, *, ttl_s: float) -> Lease:
         run_id = spec.run_id
-        history = _dumps(list(spec.history), "history", run_id)
-        metadata = (
-            None if spec.metadata is None else _dumps(dict(spec.metadata), "metadata", run_id)
-        )
-        limits = canonical_json(spec.limits.to_dict())
+        limits, metadata, history = spec_json(spec)
         owner = new_owner()
         clock = self._clock
 

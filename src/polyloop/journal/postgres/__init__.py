@@ -87,7 +87,6 @@ from ...types import (
     RunNotFound,
     RunSpec,
     StepRecord,
-    canonical_json,
     check_number,
     import_extra,
     record_json,
@@ -96,7 +95,7 @@ from .. import _approvals, _observations
 from .._owner import new_owner
 from .._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
 from .._request_rows import request_answer, request_row, stored_request
-from .._rows import _Append, _dumps, _parse_run, _prepare, _steps_of
+from .._rows import _Append, _parse_run, _prepare, _steps_of, spec_json
 from .._sql import REQUEST_COLUMNS
 from .._versions import JOURNAL_SCHEMA_VERSION
 from ._schema import check_schema, set_search_path
@@ -329,6 +328,7 @@ class PostgresJournal(_Writes):
                     f"run {run_id!r}: the {what} contains a NUL character, which PostgreSQL "
                     "text cannot hold; nothing was written"
                 )
+        limits, metadata, history = spec_json(spec, "PostgreSQL")
         params: dict[str, Any] = {
             "run_id": run_id,
             "owner": new_owner(),
@@ -337,11 +337,9 @@ class PostgresJournal(_Writes):
             "journal_version": JOURNAL_SCHEMA_VERSION,
             "wording": spec.wording_version,
             "goal": spec.goal,
-            "limits": canonical_json(spec.limits.to_dict()),
-            "metadata": None
-            if spec.metadata is None
-            else _dumps(dict(spec.metadata), "metadata", run_id, "PostgreSQL"),
-            "history": _dumps(list(spec.history), "history", run_id, "PostgreSQL"),
+            "limits": limits,
+            "metadata": metadata,
+            "history": history,
         }
 
         async def run() -> Lease:
@@ -388,11 +386,7 @@ class PostgresJournal(_Writes):
 
     async def append(self, lease: Lease, records: Sequence[Record]) -> None:
         p = _prepare(lease, records)
-        if (
-            p.end is not None
-            or p.status is not None
-            or any(op == "intent" and args[3] > 1 for op, args in p.calls)
-        ):
+        if p.end is not None or p.status is not None or any(op == "uncertain" for op, _ in p.calls):
             # It also updates rows (the run's, its pending calls'): its own transaction.
             await self._guarded(self._append(p))
         else:

@@ -152,4 +152,5 @@ RELEASE = pg(_sql.RELEASE)
 RUN_FOUND = pg(_sql.RUN_FOUND)
 SET_STATUS = pg(_sql.SET_STATUS)
 UPSERT_CALL = pg(_sql.UPSERT_CALL)
+CALLS: Final = {op: pg(query) for op, query in _sql.CALLS.items()}
 WRITE_REQUEST = pg(_sql.WRITE_REQUEST)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...types import JournalError, Lease, PolyLoopError, RunLeased, RunNotFound
 from .._owner import owner_is_dead
 from .._request_rows import stored_request
-from .._rows import _Append, end_totals
+from .._rows import _Append
 from .._sqlite_writer import _wait_uninterrupted
 from .._state import lease_lost
 from ._schema import _TABLE_COLUMNS
@@ -29,16 +29,14 @@ from ._sql import (
     _MANY_INTENTS,
     _MANY_JOURNAL,
     _MANY_STEPS,
+    CALLS,
     END_PENDING,
     END_RUN,
-    INSERT_INTENT,
     INSERT_JOURNAL,
     INSERT_STEP,
     LEASE_OF,
-    MARK_UNCERTAIN,
     RELEASE,
     SET_STATUS,
-    UPSERT_CALL,
     clean,
     no_nul,
 )
@@ -324,30 +322,12 @@ class _Writes:
         for row in p.steps:
             await cur.execute(INSERT_STEP, clean(row))
         for op, args in p.calls:
-            if op == "intent":
-                if args[3] > 1:  # earlier attempts of this intent still pending: lost
-                    await cur.execute(MARK_UNCERTAIN, (args[2], args[3]))
-                await cur.execute(INSERT_INTENT, args)
-            else:
-                await cur.execute(UPSERT_CALL, clean(args))
+            await cur.execute(CALLS[op], clean(args) if op == "upsert" else args)
         if p.status is not None:
             await cur.execute(SET_STATUS, (p.status, run_id))
-        end = p.end
-        if end is not None:
+        if p.end_row is not None:
             await cur.execute(END_PENDING, (run_id,))
-            await cur.execute(
-                END_RUN,
-                (
-                    end.stop_reason.value,
-                    no_nul(end.stop_detail),
-                    no_nul(end.final_answer),
-                    end.steps_used,
-                    end.actions_executed,
-                    end.ended_at,
-                    *end_totals(end),
-                    run_id,
-                ),
-            )
+            await cur.execute(END_RUN, clean((*p.end_row, run_id)))
 
     async def _guarded(self, coro: Awaitable[_T], *, give_back: bool = False) -> _T:
         """Run ``coro`` to its end even if the caller is cancelled meanwhile: the write lands
