@@ -42,7 +42,7 @@ def _known_reason(value: object) -> str | None:
 def request_answer(
     run_id: str, request: EndRequest, row: Sequence[Any], now: float
 ) -> tuple[RequestResult | None, EndRequest | None, bool]:
-    """What ``request`` does to a run whose ``_REQUEST_STATE`` row is ``row``, at ``now``
+    """What ``request`` does to a run whose ``_sql.REQUEST_STATE`` row is ``row``, at ``now``
     (epoch seconds, the clock leases are decided on), in the order the ``EndRequests`` seam
     gives (any backend): (the answer, or None when the run ends now; the request in force;
     whether ``request`` is written)."""

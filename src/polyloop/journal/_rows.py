@@ -115,15 +115,6 @@ def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) ->
 _NO_USAGE = Usage()
 
 
-def end_totals(end: RunEnd) -> tuple[Any, ...]:
-    """The ``runs`` totals the end record sets: tokens_used, cost_usd, active_seconds,
-    usage_missing (NULL for an end record that carries none)."""
-    t = end.totals
-    if t is None:
-        return (None, None, None, None)
-    return (t.tokens, t.cost_usd, t.active_s, t.usage_missing)
-
-
 # -- one append's rows (on the caller's thread) -------------------------------------------------
 
 
@@ -175,7 +166,10 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
 
 
 def _end_row(end: RunEnd) -> tuple[Any, ...]:
-    """The ``runs`` columns an end record sets, in ``_END_RUN``'s order (before the run_id)."""
+    """The ``runs`` columns an end record sets, in ``_sql.END_RUN``'s order (before the run_id):
+    the totals tokens_used, cost_usd, active_seconds, usage_missing are NULL for an end record
+    that carries none."""
+    t = end.totals
     return (
         end.stop_reason.value,
         end.stop_detail,
@@ -183,7 +177,7 @@ def _end_row(end: RunEnd) -> tuple[Any, ...]:
         end.steps_used,
         end.actions_executed,
         end.ended_at,
-        *end_totals(end),
+        *((None,) * 4 if t is None else (t.tokens, t.cost_usd, t.active_s, t.usage_missing)),
     )
 
 

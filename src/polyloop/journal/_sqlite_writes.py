@@ -22,27 +22,10 @@ from ..types import (
     record_json,
 )
 from . import _approvals
+from . import _sql as sql
 from ._owner import new_owner
 from ._request_rows import request_answer, request_row, stored_request
 from ._rows import _Append, _prepare
-from ._sql import (
-    APPROVAL_RECORDS,
-    CALLS,
-    DECIDED,
-    END_PENDING,
-    END_RUN,
-    INSERT_JOURNAL,
-    INSERT_STEP,
-    LAST_SEQ,
-    LEASE_OF,
-    NEXT_SEQ,
-    RELEASE,
-    REQUEST_OF,
-    REQUEST_STATE,
-    RUN_STATUS,
-    SET_STATUS,
-    WRITE_REQUEST,
-)
 from ._sqlite_schema import _COUNT_STEPS, _FENCE, _RECOUNT, _RENEW, _TAKE_LEASE, _TAKE_TO_END
 from ._sqlite_writer import _Fn, _Seqs
 from ._state import lease_is_live, lease_lost
@@ -50,7 +33,7 @@ from ._state import lease_is_live, lease_lost
 
 def _lease_lost(conn: sqlite3.Cursor, lease: Lease) -> PolyLoopError:
     """Why a write of ``lease`` was fenced out (read in its transaction)."""
-    row = conn.execute(LEASE_OF, (lease.run_id,)).fetchone()
+    row = conn.execute(sql.LEASE_OF, (lease.run_id,)).fetchone()
     if row is None:
         return RunNotFound(lease.run_id)
     return lease_lost(lease, f"held by {row[0] or 'nobody'}")
@@ -109,24 +92,24 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
                 cur = conn.execute(_FENCE, (run_id, owner))
                 if cur.rowcount != 1:
                     raise _lease_lost(conn, p.lease)
-            nxt = conn.execute(NEXT_SEQ, (run_id,)).fetchone()[0]
+            nxt = conn.execute(sql.NEXT_SEQ, (run_id,)).fetchone()[0]
         now = clock()
         conn.executemany(
-            INSERT_JOURNAL,
+            sql.INSERT_JOURNAL,
             [(run_id, nxt + i, kind, body, now) for i, (kind, body) in enumerate(p.rows)],
         )
         if p.steps:
-            conn.executemany(INSERT_STEP, p.steps)
+            conn.executemany(sql.INSERT_STEP, p.steps)
         for op, args in p.calls:
-            conn.execute(CALLS[op], args)
+            conn.execute(sql.CALLS[op], args)
         if p.status is not None:
-            conn.execute(SET_STATUS, (p.status, run_id))
+            conn.execute(sql.SET_STATUS, (p.status, run_id))
         end = p.end_row
         if end is None:
             seqs.set(run_id, (owner, nxt + len(p.rows)))
             return
-        conn.execute(END_PENDING, (run_id,))
-        conn.execute(END_RUN, (*end, run_id))
+        conn.execute(sql.END_PENDING, (run_id,))
+        conn.execute(sql.END_RUN, (*end, run_id))
         seqs.set(run_id, None)  # the lease is released with the end record
 
     return run
@@ -134,7 +117,7 @@ def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
 
 def _release_fn(lease: Lease) -> _Fn:
     def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
-        conn.execute(RELEASE, (lease.run_id, lease.owner))
+        conn.execute(sql.RELEASE, (lease.run_id, lease.owner))
         seqs.set(lease.run_id, None)
 
     return run
@@ -146,7 +129,7 @@ def _acquire_fn(run_id: str, owner: str, ttl_s: float, clock: Callable[[], float
     stored request."""
 
     def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
-        row = conn.execute(LEASE_OF, (run_id,)).fetchone()
+        row = conn.execute(sql.LEASE_OF, (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
         old_owner, old_expiry = row
@@ -156,12 +139,12 @@ def _acquire_fn(run_id: str, owner: str, ttl_s: float, clock: Callable[[], float
         expires = now + ttl_s
         cur = conn.execute(_TAKE_LEASE, (owner, expires, run_id, old_owner, old_expiry))
         if cur.rowcount != 1:  # cannot happen under the write lock; lose cleanly if it does
-            now_owner = conn.execute(LEASE_OF, (run_id,)).fetchone()
+            now_owner = conn.execute(sql.LEASE_OF, (run_id,)).fetchone()
             raise RunLeased(run_id, str(now_owner[0]), float(now_owner[1] or 0.0))
         conn.execute(_RECOUNT, (run_id,))
-        nxt = conn.execute(LAST_SEQ, (run_id,)).fetchone()[0] + 1
+        nxt = conn.execute(sql.LAST_SEQ, (run_id,)).fetchone()[0] + 1
         seqs.set(run_id, (owner, nxt))
-        request = stored_request(*conn.execute(REQUEST_OF, (run_id,)).fetchone())
+        request = stored_request(*conn.execute(sql.REQUEST_OF, (run_id,)).fetchone())
         return Lease(run_id, owner, expires, request)
 
     return run
@@ -177,7 +160,7 @@ def _renew_fn(lease: Lease, ttl_s: float, clock: Callable[[], float]) -> _Fn:
         if cur.rowcount != 1:
             raise _lease_lost(conn, lease)
         # The request stored for the run, if any: how its owner learns of one.
-        request = stored_request(*conn.execute(REQUEST_OF, (lease.run_id,)).fetchone())
+        request = stored_request(*conn.execute(sql.REQUEST_OF, (lease.run_id,)).fetchone())
         return Lease(lease.run_id, lease.owner, expires, request)
 
     return run
@@ -193,14 +176,14 @@ def _request_end_fn(
     """``request_end``'s transaction (see :meth:`SQLiteJournal.request_end`)."""
 
     def run(conn: sqlite3.Cursor, seqs: _Seqs) -> RequestResult | None:
-        row = conn.execute(REQUEST_STATE, (run_id,)).fetchone()
+        row = conn.execute(sql.REQUEST_STATE, (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
         answer, in_force, writes = request_answer(run_id, request, row, clock())
-        if answer is None and conn.execute(LAST_SEQ, (run_id,)).fetchone()[0] != seen:
+        if answer is None and conn.execute(sql.LAST_SEQ, (run_id,)).fetchone()[0] != seen:
             return None  # written since the caller read it: read it again
         if writes:
-            conn.execute(WRITE_REQUEST, (*request_row(request), run_id))
+            conn.execute(sql.WRITE_REQUEST, (*request_row(request), run_id))
         if answer is not None or in_force is None:
             return answer
         record = end(in_force)
@@ -217,16 +200,16 @@ def _decide_fn(run_id: str, decision: ApprovalDecided, clock: Callable[[], float
     """``decide``'s transaction (see :meth:`SQLiteJournal.decide`)."""
 
     def run(conn: sqlite3.Cursor, seqs: _Seqs) -> ApprovalDecided:
-        row = conn.execute(RUN_STATUS, (run_id,)).fetchone()
+        row = conn.execute(sql.RUN_STATUS, (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        bodies = [body for (body,) in conn.execute(APPROVAL_RECORDS, (run_id,)).fetchall()]
+        bodies = [body for (body,) in conn.execute(sql.APPROVAL_RECORDS, (run_id,)).fetchall()]
         written, writes = _approvals.decision_of(run_id, decision, row[0], bodies)
         if not writes:
             return written
-        nxt = conn.execute(NEXT_SEQ, (run_id,)).fetchone()[0]
-        conn.execute(INSERT_JOURNAL, (run_id, nxt, written.kind, record_json(written), clock()))
-        conn.execute(DECIDED, (run_id,))
+        nxt = conn.execute(sql.NEXT_SEQ, (run_id,)).fetchone()[0]
+        conn.execute(sql.INSERT_JOURNAL, (run_id, nxt, written.kind, record_json(written), clock()))
+        conn.execute(sql.DECIDED, (run_id,))
         seqs.set(run_id, None)
         return written
 

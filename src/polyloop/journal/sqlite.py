@@ -89,6 +89,11 @@ size changes, ``history_json`` included: when the lease changes hands (create, a
 release), when the run ends, and when a counter's integer needs one byte more (its value
 reaches 2, 128 or 32768), so at most three times per counter in a run's life, never at other
 steps. Renewing a lease rewrites one page.
+
+The modules: ``_sqlite_schema`` (the tables, opening a file), ``_sqlite_writes`` (each write
+transaction; the statements both journals speak are in :mod:`polyloop.journal._sql`),
+``_sqlite_writer`` / ``_sqlite_process`` (the writer thread and process), ``_sqlite_read``
+(reads), ``_sqlite_check`` (``check_integrity``); this module is the seam.
 """
 
 from __future__ import annotations
@@ -117,11 +122,9 @@ from ..types import (
     check_number,
 )
 from . import _approvals
+from . import _sql as sql
 from ._owner import new_owner
 from ._rows import _prepare, spec_json
-from ._sql import (
-    PENDING_APPROVALS,
-)
 from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
 from ._sqlite_process import _ProcessWriter
@@ -424,7 +427,7 @@ class SQLiteJournal:
         'awaiting_approval'``), oldest request first. Read-only."""
 
         def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            return _approvals.pending_of(conn.execute(PENDING_APPROVALS).fetchall())
+            return _approvals.pending_of(conn.execute(sql.PENDING_APPROVALS).fetchall())
 
         return await asyncio.to_thread(self._readers.run, read)
 

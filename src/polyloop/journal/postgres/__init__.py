@@ -64,6 +64,11 @@ Bytes per step. A step's appends insert its ``journal``, ``steps`` and ``model_c
 write a new version of its ``runs`` row (the version bump; PostgreSQL writes a new row version
 on every update). The bulky columns (goal, history) are TOASTed past about 2 kB, and the new
 row version points at the stored value instead of copying it: the history is never rewritten.
+
+The package: ``_schema`` (the tables, opening and migrating a schema), ``_sql`` (the statements
+only PostgreSQL has, and those of :mod:`polyloop.journal._sql` both journals speak, in its
+placeholders), ``_writes`` (connections, leases, fenced appends, group commit); this module is
+the seam.
 """
 
 from __future__ import annotations
@@ -98,29 +103,8 @@ from .._request_rows import request_answer, request_row, stored_request
 from .._rows import _Append, _parse_run, _prepare, _steps_of, spec_json
 from .._sql import REQUEST_COLUMNS
 from .._versions import JOURNAL_SCHEMA_VERSION
+from . import _sql as sql
 from ._schema import check_schema, set_search_path
-from ._sql import (
-    _APPROVAL_STATE,
-    _INSERT_RUN,
-    _READ_STEPS,
-    _RENEW,
-    _REQUEST_STATE,
-    _TAKE_TO_END,
-    APPROVAL_RECORDS,
-    DECIDED,
-    INSERT_JOURNAL,
-    LAST_SEQ,
-    NEXT_SEQ,
-    PENDING_APPROVALS,
-    READ_LARGE,
-    READ_RECORDS,
-    READ_RUN,
-    RUN_FOUND,
-    WRITE_REQUEST,
-    clean,
-    no_nul,
-    pg,
-)
 from ._writes import _Writes
 
 if TYPE_CHECKING:
@@ -345,7 +329,7 @@ class PostgresJournal(_Writes):
         async def run() -> Lease:
             local, params["now"] = self._now()
             async with self._connection() as conn:
-                cur = await conn.execute(_INSERT_RUN, params)
+                cur = await conn.execute(sql.INSERT_RUN, params)
                 row = await cur.fetchone()
             if row is None:
                 raise RunExists(run_id)
@@ -360,9 +344,9 @@ class PostgresJournal(_Writes):
             # One round trip. The runs columns never change after create; the records are one
             # snapshot; the steps rows their results name were written with them, never changed.
             async with conn.pipeline():
-                run_cur = await conn.execute(READ_RUN, (run_id,))
-                rec_cur = await conn.execute(READ_RECORDS, (run_id,))
-                big = await conn.execute(READ_LARGE, (run_id, _observations.SHARED_ABOVE))
+                run_cur = await conn.execute(sql.READ_RUN, (run_id,))
+                rec_cur = await conn.execute(sql.READ_RECORDS, (run_id,))
+                big = await conn.execute(sql.READ_LARGE, (run_id, _observations.SHARED_ABOVE))
             row, rows = await run_cur.fetchone(), await rec_cur.fetchall()
             large = dict(await big.fetchall())
         if row is None:
@@ -402,7 +386,7 @@ class PostgresJournal(_Writes):
                 "now": now,
             }
             async with self._connection() as conn:
-                cur = await conn.execute(_RENEW, params)
+                cur = await conn.execute(sql.RENEW, params)
                 row = await cur.fetchone()
                 if row is None:
                     raise await self._lease_lost(conn, lease)
@@ -428,23 +412,25 @@ class PostgresJournal(_Writes):
             written_at = self._written_at()
             params = {"run_id": run_id, "now": self._now()[1]}
             async with self._connection() as conn, conn.transaction():
-                cur = await conn.execute(_REQUEST_STATE, params)
+                cur = await conn.execute(sql.REQUEST_STATE, params)
                 row = await cur.fetchone()
                 if row is None:
                     raise RunNotFound(run_id)
                 answer, in_force, writes = request_answer(run_id, request, row[:-1], float(row[-1]))
                 if answer is None:
-                    cur = await conn.execute(LAST_SEQ, (run_id,))
+                    cur = await conn.execute(sql.LAST_SEQ, (run_id,))
                     last = await cur.fetchone()
                     if last is None or last[0] != seen:
                         return None  # written since the caller read it: read it again
                 if writes:
-                    await conn.execute(WRITE_REQUEST, (*clean(request_row(request)), run_id))
+                    await conn.execute(
+                        sql.WRITE_REQUEST, (*sql.clean(request_row(request)), run_id)
+                    )
                 if answer is not None or in_force is None:
                     return answer
                 record = end(in_force)
                 p = _prepare(Lease(run_id, new_owner(), 0.0), (record,))
-                await conn.execute(_TAKE_TO_END, (p.lease.owner, run_id))
+                await conn.execute(sql.TAKE_TO_END, (p.lease.owner, run_id))
                 await self._write_rows(conn, p, seen + 1, written_at)
             return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
 
@@ -459,20 +445,22 @@ class PostgresJournal(_Writes):
         async def run() -> ApprovalDecided:
             written_at = self._written_at()
             async with self._connection() as conn, conn.transaction():
-                cur = await conn.execute(_APPROVAL_STATE, (run_id,))
+                cur = await conn.execute(sql.APPROVAL_STATE, (run_id,))
                 row = await cur.fetchone()
                 if row is None:
                     raise RunNotFound(run_id)
-                cur = await conn.execute(APPROVAL_RECORDS, (run_id,))
+                cur = await conn.execute(sql.APPROVAL_RECORDS, (run_id,))
                 bodies = [body for (body,) in await cur.fetchall()]
                 written, writes = _approvals.decision_of(run_id, decision, row[0], bodies)
                 if not writes:
                     return written
-                cur = await conn.execute(NEXT_SEQ, (run_id,))
+                cur = await conn.execute(sql.NEXT_SEQ, (run_id,))
                 nxt = (await cur.fetchone() or (1,))[0]
-                body = no_nul(record_json(written))
-                await conn.execute(INSERT_JOURNAL, (run_id, nxt, written.kind, body, written_at))
-                await conn.execute(DECIDED, (run_id,))
+                body = sql.no_nul(record_json(written))
+                await conn.execute(
+                    sql.INSERT_JOURNAL, (run_id, nxt, written.kind, body, written_at)
+                )
+                await conn.execute(sql.DECIDED, (run_id,))
             return written
 
         return await self._guarded(run())
@@ -480,7 +468,7 @@ class PostgresJournal(_Writes):
     async def pending_approvals(self) -> list[dict[str, Any]]:
         """The ``Approvals`` seam: the actions awaiting a decision, oldest request first."""
         async with self._connection() as conn:
-            cur = await conn.execute(PENDING_APPROVALS)
+            cur = await conn.execute(sql.PENDING_APPROVALS)
             rows = await cur.fetchall()
         return _approvals.pending_of(rows)
 
@@ -500,7 +488,7 @@ class PostgresJournal(_Writes):
         requests = ", ".join(REQUEST_COLUMNS)
         query, params = list_runs_sql(status, run_id, requests=requests, collate=' COLLATE "C"')
         async with self._connection() as conn:
-            cur = await conn.execute(pg(query), params)
+            cur = await conn.execute(sql.pg(query), params)
             names = [d.name for d in cur.description or ()]
             rows = await cur.fetchall()
         now = self._now()[0]
@@ -511,8 +499,8 @@ class PostgresJournal(_Writes):
         aggregate query). Read-only. Raises ``RunNotFound``."""
         async with self._connection() as conn:
             async with conn.pipeline():
-                run_cur = await conn.execute(RUN_FOUND, (run_id,))
-                cur = await conn.execute(pg(step_usage_query()), (run_id,))
+                run_cur = await conn.execute(sql.RUN_FOUND, (run_id,))
+                cur = await conn.execute(sql.pg(step_usage_query()), (run_id,))
             found = await run_cur.fetchone()
             rows = await cur.fetchall()
         if found is None:
@@ -524,8 +512,8 @@ class PostgresJournal(_Writes):
         Raises ``RunNotFound``."""
         async with self._connection() as conn:
             async with conn.pipeline():
-                run_cur = await conn.execute(RUN_FOUND, (run_id,))
-                steps_cur = await conn.execute(_READ_STEPS, (run_id,))
+                run_cur = await conn.execute(sql.RUN_FOUND, (run_id,))
+                steps_cur = await conn.execute(sql.READ_STEPS, (run_id,))
             found = await run_cur.fetchone()
             rows = await steps_cur.fetchall()
             names = [d.name for d in steps_cur.description or ()]

@@ -44,29 +44,29 @@ def clean(row: Sequence[Any]) -> tuple[Any, ...]:
 # -- the statements only PostgreSQL has -----------------------------------------------------------
 
 # Epoch seconds now: the injected clock's when one is passed, else the server's.
-_NOW = (
+NOW = (
     "coalesce(%(now)s::double precision, "
     "extract(epoch from statement_timestamp())::double precision)"
 )
-_INSERT_RUN = f"""INSERT INTO runs (run_id, owner, lease_expires_at, version, status, created_at,
+INSERT_RUN = f"""INSERT INTO runs (run_id, owner, lease_expires_at, version, status, created_at,
     journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
-    VALUES (%(run_id)s, %(owner)s, {_NOW} + %(ttl)s, 1, 'running', %(created_at)s,
+    VALUES (%(run_id)s, %(owner)s, {NOW} + %(ttl)s, 1, 'running', %(created_at)s,
     %(journal_version)s, %(wording)s, %(goal)s, %(limits)s, %(metadata)s, %(history)s)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING version"""
 # Claiming also counts the run's counters again from ``steps`` (a journal written before they
 # were kept current per step left them at 0 until the end).
-_CLAIM = f"""UPDATE runs SET owner = %(owner)s, lease_expires_at = {_NOW} + %(ttl)s,
+CLAIM = f"""UPDATE runs SET owner = %(owner)s, lease_expires_at = {NOW} + %(ttl)s,
         version = version + 1,
         {STEPS_COUNTED}
     WHERE run_id = %(run_id)s AND (owner IS NULL OR lease_expires_at IS NULL
-        OR lease_expires_at <= {_NOW} OR owner = %(dead)s::text)
+        OR lease_expires_at <= {NOW} OR owner = %(dead)s::text)
     RETURNING version, request, request_reason, requested_by, requested_at"""
 # The fence. 0 rows (another execution owns the run) must stop the whole transaction, which is
 # sent in one round trip with the rows it guards: dividing by the row count raises
 # division_by_zero, PostgreSQL aborts the transaction and skips every statement after it. The
 # same update moves the run's counters by the append's steps (the end record then sets them).
-_FENCE = """WITH fenced AS (
+FENCE = """WITH fenced AS (
         UPDATE runs SET version = version + 1, steps_used = steps_used + %(steps)s,
             actions_executed = actions_executed + %(executed)s
         WHERE run_id = %(run_id)s AND owner = %(owner)s AND version = %(version)s
@@ -75,7 +75,7 @@ _FENCE = """WITH fenced AS (
 # The fence of a batch of appends (group commit): one statement for all their runs. Fewer rows
 # than appends (one of them fenced out) raises division_by_zero: the batch rolls back and each
 # append runs again alone, so that only the fenced-out one fails.
-_FENCE_MANY = """WITH fenced AS (
+FENCE_MANY = """WITH fenced AS (
         UPDATE runs SET version = runs.version + 1, steps_used = runs.steps_used + f.steps,
             actions_executed = runs.actions_executed + f.executed
         FROM unnest(%(run_ids)s::text[], %(owners)s::text[], %(versions)s::bigint[],
@@ -95,40 +95,40 @@ def _insert_many(table: str, columns: Sequence[tuple[str, str]], tail: str = "")
     return f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}){tail}"
 
 
-_MANY_JOURNAL = _insert_many("journal", _TABLE_COLUMNS["journal"])
-_MANY_STEPS = _insert_many("steps", _TABLE_COLUMNS["steps"])
-_MANY_INTENTS = (
+MANY_JOURNAL = _insert_many("journal", _TABLE_COLUMNS["journal"])
+MANY_STEPS = _insert_many("steps", _TABLE_COLUMNS["steps"])
+MANY_INTENTS = (
     "INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, model, state) "
     "SELECT *, 'pending' FROM unnest(%s::text[], %s::integer[], %s::text[], %s::integer[], "
     "%s::text[])"
 )
 # The columns of an attempt's outcome (``call_row``): every column but ``model``, which its
 # intent wrote.
-_CALL_COLUMNS: Final = tuple(
+CALL_COLUMNS: Final = tuple(
     (n, "TEXT" if n == "state" else d) for n, d in _TABLE_COLUMNS["model_calls"] if n != "model"
 )
-_MANY_CALLS = _insert_many(
+MANY_CALLS = _insert_many(
     "model_calls",
-    _CALL_COLUMNS,
+    CALL_COLUMNS,
     UPSERT_SET,
 )
-_RENEW = f"""UPDATE runs SET lease_expires_at = {_NOW} + %(ttl)s
+RENEW = f"""UPDATE runs SET lease_expires_at = {NOW} + %(ttl)s
     WHERE run_id = %(run_id)s AND owner = %(owner)s
     RETURNING request, request_reason, requested_by, requested_at"""
 # A request to end a run (journal schema 1.3): the row locked while the request is decided (two
 # requests, a claim and an append of the run wait for each other), with the server's clock.
-_REQUEST_STATE = f"""SELECT {REQUEST_STATE_COLUMNS}, {_NOW}
+REQUEST_STATE = f"""SELECT {REQUEST_STATE_COLUMNS}, {NOW}
     FROM runs WHERE run_id = %(run_id)s{FOR_UPDATE}"""
 # Ending a run nobody holds: the lease is taken for the transaction (the end record releases
 # it) and the version moves, so a stale owner's next append is fenced out.
-_TAKE_TO_END = """UPDATE runs SET owner = %s, lease_expires_at = NULL, version = version + 1
+TAKE_TO_END = """UPDATE runs SET owner = %s, lease_expires_at = NULL, version = version + 1
     WHERE run_id = %s"""
 # A person's decision (journal schema 1.4): the run row locked while it is decided.
-_APPROVAL_STATE = pg(RUN_STATUS) + FOR_UPDATE
+APPROVAL_STATE = pg(RUN_STATUS) + FOR_UPDATE
 # By name, not ``SELECT *`` as SQLite reads them: a PostgreSQL journal is migrated when it is
 # opened, so it has every column; and a prepared ``SELECT *`` fails ("cached plan must not change
 # result type") once a newer minor adds a column while this journal is open.
-_READ_STEPS = f"""SELECT {", ".join(STEP_NAMES)} FROM steps
+READ_STEPS = f"""SELECT {", ".join(STEP_NAMES)} FROM steps
     WHERE run_id = %s ORDER BY step_idx"""
 
 # -- the statements both journals speak, in PostgreSQL's placeholders ----------------------------

@@ -19,27 +19,8 @@ from .._request_rows import stored_request
 from .._rows import _Append
 from .._sqlite_writer import _wait_uninterrupted
 from .._state import lease_lost
+from . import _sql as sql
 from ._schema import _TABLE_COLUMNS
-from ._sql import (
-    _CALL_COLUMNS,
-    _CLAIM,
-    _FENCE,
-    _FENCE_MANY,
-    _MANY_CALLS,
-    _MANY_INTENTS,
-    _MANY_JOURNAL,
-    _MANY_STEPS,
-    CALLS,
-    END_PENDING,
-    END_RUN,
-    INSERT_JOURNAL,
-    INSERT_STEP,
-    LEASE_OF,
-    RELEASE,
-    SET_STATUS,
-    clean,
-    no_nul,
-)
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -97,12 +78,12 @@ class _Writes:
                     "now": now,
                     "dead": dead,
                 }
-                cur = await conn.execute(_CLAIM, params)
+                cur = await conn.execute(sql.CLAIM, params)
                 row = await cur.fetchone()
                 if row is not None:
                     self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
                     return Lease(run_id, owner, local + ttl_s, stored_request(*row[1:]))
-                cur = await conn.execute(LEASE_OF, (run_id,))
+                cur = await conn.execute(sql.LEASE_OF, (run_id,))
                 current = await cur.fetchone()
                 if current is None:
                     raise RunNotFound(run_id)
@@ -117,7 +98,7 @@ class _Writes:
     async def _release(self, lease: Lease) -> None:
         key = (lease.run_id, lease.owner)
         async with self._connection() as conn:
-            await conn.execute(RELEASE, key)
+            await conn.execute(sql.RELEASE, key)
         self._held.pop(key, None)
         self._locks.pop(key, None)
 
@@ -130,7 +111,7 @@ class _Writes:
             log.warning("run %s: could not release its lease", lease.run_id, exc_info=True)
 
     async def _lease_lost(self, conn: _Conn, lease: Lease, *, known: bool = True) -> PolyLoopError:
-        cur = await conn.execute(LEASE_OF, (lease.run_id,))
+        cur = await conn.execute(sql.LEASE_OF, (lease.run_id,))
         row = await cur.fetchone()
         self._held.pop((lease.run_id, lease.owner), None)
         if row is None:
@@ -178,7 +159,7 @@ class _Writes:
             try:
                 async with conn.pipeline():  # one round trip; the transaction is all or nothing
                     await conn.execute("BEGIN")
-                    await conn.execute(_FENCE, fence)
+                    await conn.execute(sql.FENCE, fence)
                     await self._write_rows(conn, p, nxt, written_at)
                     await conn.execute("COMMIT")
             except self._fenced_out:
@@ -274,11 +255,11 @@ class _Writes:
         journal: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["journal"]]
         steps: list[list[Any]] = [[] for _ in _TABLE_COLUMNS["steps"]]
         intents: list[list[Any]] = [[], [], [], [], []]
-        calls: list[list[Any]] = [[] for _ in _CALL_COLUMNS]
+        calls: list[list[Any]] = [[] for _ in sql.CALL_COLUMNS]
 
         def add(columns: list[list[Any]], row: Sequence[Any]) -> None:
             for column, value in zip(columns, row, strict=True):
-                column.append(no_nul(value))
+                column.append(sql.no_nul(value))
 
         for p, (version, nxt) in zip(ps, held, strict=True):
             run_id = p.lease.run_id
@@ -297,12 +278,12 @@ class _Writes:
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
-                    await conn.execute(_FENCE_MANY, fence)
+                    await conn.execute(sql.FENCE_MANY, fence)
                     for query, columns in (
-                        (_MANY_JOURNAL, journal),
-                        (_MANY_STEPS, steps),
-                        (_MANY_INTENTS, intents),  # before the results that may update them
-                        (_MANY_CALLS, calls),
+                        (sql.MANY_JOURNAL, journal),
+                        (sql.MANY_STEPS, steps),
+                        (sql.MANY_INTENTS, intents),  # before the results that may update them
+                        (sql.MANY_CALLS, calls),
                     ):
                         if columns[0]:
                             await conn.execute(query, columns)
@@ -318,16 +299,16 @@ class _Writes:
         run_id = p.lease.run_id
         cur = conn.cursor()
         for i, (kind, body) in enumerate(p.rows):
-            await cur.execute(INSERT_JOURNAL, (run_id, nxt + i, kind, body, written_at))
+            await cur.execute(sql.INSERT_JOURNAL, (run_id, nxt + i, kind, body, written_at))
         for row in p.steps:
-            await cur.execute(INSERT_STEP, clean(row))
+            await cur.execute(sql.INSERT_STEP, sql.clean(row))
         for op, args in p.calls:
-            await cur.execute(CALLS[op], clean(args) if op == "upsert" else args)
+            await cur.execute(sql.CALLS[op], sql.clean(args) if op == "upsert" else args)
         if p.status is not None:
-            await cur.execute(SET_STATUS, (p.status, run_id))
+            await cur.execute(sql.SET_STATUS, (p.status, run_id))
         if p.end_row is not None:
-            await cur.execute(END_PENDING, (run_id,))
-            await cur.execute(END_RUN, clean((*p.end_row, run_id)))
+            await cur.execute(sql.END_PENDING, (run_id,))
+            await cur.execute(sql.END_RUN, sql.clean((*p.end_row, run_id)))
 
     async def _guarded(self, coro: Awaitable[_T], *, give_back: bool = False) -> _T:
         """Run ``coro`` to its end even if the caller is cancelled meanwhile: the write lands
