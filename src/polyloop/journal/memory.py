@@ -207,6 +207,9 @@ class MemoryJournal:
         return run
 
 
+_APPROVALS = (ApprovalRequested, ApprovalDecided)  # a tuple: no union built per record
+
+
 def _extend(run: _Run, records: Sequence[Record]) -> None:
     run.records.extend(records)
     for r in records:
@@ -216,7 +219,7 @@ def _extend(run: _Run, records: Sequence[Record]) -> None:
         elif isinstance(r, ModelResult):
             run.usage.add(r)
             run.step_usage.setdefault(r.step_idx, UsageSums()).add(r)
-        elif isinstance(r, ApprovalRequested | ApprovalDecided):
+        elif isinstance(r, _APPROVALS):
             run.status = STATUS_AFTER[r.kind]
         elif isinstance(r, RunEnd):
             run.owner = None
