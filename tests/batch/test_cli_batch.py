@@ -110,3 +110,25 @@ def test_batch_loop_option_is_checked_before_anything_is_written(cli: CLI, tmp_p
     assert_one_line_error(both)
     assert "pass --model (with --workspace, --tools) or --loop module:function" in both.err
     assert not (tmp_path / "j.db").exists()
+
+
+def test_batch_loop_takes_the_limit_flags_and_metadata_and_names_the_others(
+    cli: CLI, tmp_path: Path
+) -> None:
+    write_goals(tmp_path / "goals.jsonl", "a")
+    limits = [
+        *("--max-steps", "5", "--max-actions", "3", "--max-prompt-chars", "9000"),
+        *("--max-tokens", "100", "--max-cost", "1", "--max-seconds", "60"),
+        *("--same-failure-limit", "3", "--no-progress-rounds", "1", "--spreading-rounds", "1"),
+        *("--known-failure", "test_x", "--no-baseline", "--metadata", "team=a"),
+    ]
+    taken = cli("batch", "goals.jsonl", "--loop", "no_such_module:make", *limits)
+    assert_one_line_error(taken)  # past the flags, to the factory
+    assert "cannot load make_loop 'no_such_module:make'" in taken.err, taken
+    others = cli(
+        "batch", "goals.jsonl", "--loop", "no_such_module:make", *limits,
+        *("--tools", "files", "--stream", "--temperature", "0.5", "--read-only"),
+    )  # fmt: skip
+    assert_one_line_error(others)
+    assert "--tools, --temperature, --stream, --read-only: not with --loop" in others.err, others
+    assert not (tmp_path / "j.db").exists()

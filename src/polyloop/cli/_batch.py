@@ -101,12 +101,7 @@ def _loop_config(loop: str, options: RunOptions) -> dict[str, Any]:
     limits; the options that build a model or tools belong to the factory and are refused."""
     from polyloop.batch import resolve_factory
 
-    limit_flags = {
-        "--max-steps", "--max-actions", "--max-prompt-chars", "--max-tokens", "--max-cost",
-        "--max-seconds", "--same-failure-limit", "--no-progress-rounds", "--spreading-rounds",
-        "--known-failure", "--baseline", "--metadata",
-    }  # fmt: skip
-    other = [flag for flag in options.changed() if flag not in limit_flags]
+    other = options.changed(besides=RunOptions.LIMITS | {"metadata"})
     if other:
         raise BadInput(
             f"{', '.join(other)}: not with --loop (the factory's Loop has its own model and "
@@ -460,30 +455,20 @@ def recover(
             outcomes: list[Any] = []
             if not dry_run:
                 for config, ids in groups.values():
-                    if "loop" in config:  # started by `polyloop batch --loop`
-                        result = await execute(
-                            j,
-                            ids,
-                            functools.partial(factory_loop, config),
-                            concurrency=concurrency,
-                            on_progress=progress,
-                        )
-                        outcomes.extend(result.outcomes)
-                        continue
                     async with contextlib.AsyncExitStack() as servers:
-                        loop, _, _ = await build_loop(
-                            OpenJournal(j, Path(spec)),
-                            config,
-                            None,
-                            lambda _event: None,
-                            servers=servers,
-                        )
+                        if "loop" in config:  # started by `polyloop batch --loop`
+                            make = functools.partial(factory_loop, config)
+                        else:
+                            loop, _, _ = await build_loop(
+                                OpenJournal(j, Path(spec)),
+                                config,
+                                None,
+                                lambda _event: None,
+                                servers=servers,
+                            )
+                            make = functools.partial(_built_loop, loop)
                         result = await execute(
-                            j,
-                            ids,
-                            functools.partial(_built_loop, loop),
-                            concurrency=concurrency,
-                            on_progress=progress,
+                            j, ids, make, concurrency=concurrency, on_progress=progress
                         )
                     outcomes.extend(result.outcomes)
             return stalled, skipped, BatchResult(tuple(outcomes))

@@ -3,10 +3,10 @@
 :class:`RunOptions` and turned into one stored config (:meth:`RunOptions.config`).
 
 A command opts in with :func:`run_options`: its parameter ``options: RunOptions`` is replaced,
-in the signature typer reads, by the flags of :func:`_flags` (typer builds a command from its
-function's signature, ``inspect.signature``; the wrapper's ``__signature__`` is the standard way
-to give a function another one). Adding a run option is one parameter of ``_flags``, one field
-of ``RunOptions`` and its use in ``config``: both commands get it.
+in the signature typer reads, by a parameter per field of ``RunOptions`` (its annotated type and
+default: typer builds a command from its function's signature, ``inspect.signature``; the
+wrapper's ``__signature__`` is the standard way to give a function another one). Adding a run
+option is one field of ``RunOptions`` and its use in ``config``: both commands get it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, get_type_hints
 
 import typer
 
@@ -25,6 +25,7 @@ from ._approval import shell_policy_config
 from ._setup import BadInput, FailureGuardArgs, finite, mcp_config, pricing_config, run_config
 
 F = TypeVar("F", bound=Callable[..., Any])
+_FLAG = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 MCP_TOOL_ERROR = "MCPToolError"
 """The error type of an MCP tool's error result: a known failure of every run with ``--mcp``
@@ -318,42 +319,43 @@ AskMcpOpt = Annotated[
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The run options as given on the command line (one field per flag of :func:`_flags`)."""
+    """The run options as given on the command line: one field per flag, in the order
+    ``--help`` lists them, annotated with its ``typer.Option`` and with the flag's default."""
 
-    workspace: Path
-    tools: str
-    base_url: str | None
-    max_steps: int
-    max_actions: int | None
-    max_prompt_chars: int | None
-    max_tokens: int | None
-    max_cost: float | None
-    price_in: float | None
-    price_out: float | None
-    max_seconds: float | None
-    timeout: float | None
-    mcp: list[str] | None
-    mcp_prefix: bool
-    mcp_header: list[str] | None
-    mcp_include: list[str] | None
-    mcp_exclude: list[str] | None
-    same_failure_limit: int
-    no_progress_rounds: int
-    spreading_rounds: int
-    known_failure: list[str] | None
-    baseline: bool
-    temperature: float | None
-    max_output_tokens: int | None
-    stream: bool
-    metadata: list[str] | None
-    writable_paths: list[str] | None
-    read_only: bool
-    allow: list[str] | None
-    ask: list[str] | None
-    forbid: list[str] | None
-    shell_default: str | None
-    policy: Path | None
-    ask_mcp: list[str] | None
+    workspace: WorkspaceOpt = Path(".")
+    tools: ToolsOpt = "files,shell"
+    base_url: BaseUrlOpt = None
+    max_steps: MaxStepsOpt = 30
+    max_actions: MaxActionsOpt = None
+    max_prompt_chars: MaxPromptCharsOpt = None
+    max_tokens: MaxTokensOpt = None
+    max_cost: MaxCostOpt = None
+    price_in: PriceInOpt = None
+    price_out: PriceOutOpt = None
+    max_seconds: MaxSecondsOpt = None
+    timeout: TimeoutOpt = None
+    mcp: McpOpt = None
+    mcp_prefix: McpPrefixOpt = False
+    mcp_header: McpHeaderOpt = None
+    mcp_include: McpIncludeOpt = None
+    mcp_exclude: McpExcludeOpt = None
+    same_failure_limit: SameFailureLimitOpt = 2
+    no_progress_rounds: NoProgressRoundsOpt = 0
+    spreading_rounds: SpreadingRoundsOpt = 0
+    known_failure: KnownFailureOpt = None
+    baseline: BaselineOpt = True
+    temperature: TemperatureOpt = None
+    max_output_tokens: MaxOutputTokensOpt = None
+    stream: StreamOpt = False
+    metadata: MetadataOpt = None
+    writable_paths: WritablePathsOpt = None
+    read_only: ReadOnlyOpt = False
+    allow: AllowOpt = None
+    ask: AskOpt = None
+    forbid: ForbidOpt = None
+    shell_default: ShellDefaultOpt = None
+    policy: PolicyOpt = None
+    ask_mcp: AskMcpOpt = None
 
     def user_metadata(self) -> dict[str, str]:
         """``--metadata KEY=VALUE`` as a dict (a later KEY wins). Raises ``BadInput`` for an
@@ -416,6 +418,13 @@ class RunOptions:
         )
         return config
 
+    LIMITS: ClassVar[frozenset[str]] = frozenset({
+        "max_steps", "max_actions", "max_prompt_chars", "max_tokens", "max_cost", "max_seconds",
+        "same_failure_limit", "no_progress_rounds", "spreading_rounds", "known_failure", "baseline",
+    })  # fmt: skip
+    """The fields :meth:`limits` reads (with ``batch --loop``, whose factory brings the model
+    and the tools, the run options that apply, and ``--metadata``)."""
+
     def limits(self) -> dict[str, Any]:
         """The run's limits (``Limits.to_dict()``) these options set, without a model or
         tools (``batch --loop``: the factory's Loop brings those). Raises ``BadInput`` or
@@ -461,55 +470,14 @@ class RunOptions:
             self.baseline and on,
         )
 
-    def changed(self) -> list[str]:
-        """The flags given with a value other than their default (for a command that uses
-        only some of them, to refuse the others by name)."""
-        defaults = inspect.signature(_flags, eval_str=True).parameters
+    def changed(self, besides: Collection[str] = ()) -> list[str]:
+        """The flags given with a value other than their default, but for the fields
+        ``besides`` (for a command that uses only those, to refuse the others by name)."""
         return [
-            "--" + name.replace("_", "-")
-            for name, value in asdict(self).items()
-            if value != defaults[name].default
+            "--" + f.name.replace("_", "-")
+            for f in fields(self)
+            if f.name not in besides and getattr(self, f.name) != f.default
         ]
-
-
-def _flags(
-    workspace: WorkspaceOpt = Path("."),
-    tools: ToolsOpt = "files,shell",
-    base_url: BaseUrlOpt = None,
-    max_steps: MaxStepsOpt = 30,
-    max_actions: MaxActionsOpt = None,
-    max_prompt_chars: MaxPromptCharsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    max_cost: MaxCostOpt = None,
-    price_in: PriceInOpt = None,
-    price_out: PriceOutOpt = None,
-    max_seconds: MaxSecondsOpt = None,
-    timeout: TimeoutOpt = None,
-    mcp: McpOpt = None,
-    mcp_prefix: McpPrefixOpt = False,
-    mcp_header: McpHeaderOpt = None,
-    mcp_include: McpIncludeOpt = None,
-    mcp_exclude: McpExcludeOpt = None,
-    same_failure_limit: SameFailureLimitOpt = 2,
-    no_progress_rounds: NoProgressRoundsOpt = 0,
-    spreading_rounds: SpreadingRoundsOpt = 0,
-    known_failure: KnownFailureOpt = None,
-    baseline: BaselineOpt = True,
-    temperature: TemperatureOpt = None,
-    max_output_tokens: MaxOutputTokensOpt = None,
-    stream: StreamOpt = False,
-    metadata: MetadataOpt = None,
-    writable_paths: WritablePathsOpt = None,
-    read_only: ReadOnlyOpt = False,
-    allow: AllowOpt = None,
-    ask: AskOpt = None,
-    forbid: ForbidOpt = None,
-    shell_default: ShellDefaultOpt = None,
-    policy: PolicyOpt = None,
-    ask_mcp: AskMcpOpt = None,
-) -> None:
-    """The run options' flags, in the order ``--help`` lists them (the fields of
-    :class:`RunOptions`)."""
 
 
 def in_cli_words(message: str) -> str:
@@ -517,8 +485,8 @@ def in_cli_words(message: str) -> str:
     ``--max-tokens`` (each run option named by its flag), and "use None for no limit" is
     "leave it out for no limit". The one place that translates (every failure line passes
     through it: :func:`._common.fail`)."""
-    for name in inspect.signature(_flags).parameters:
-        message = message.replace(f"Limits.{name}", "--" + name.replace("_", "-"))
+    for f in fields(RunOptions):
+        message = message.replace(f"Limits.{f.name}", "--" + f.name.replace("_", "-"))
     message = re.sub(
         r"has no API key: pass api_key= or set (\w+) \(only a base_url on this machine needs "
         r"none; base_url=[^)]*\)",
@@ -534,12 +502,15 @@ def in_cli_words(message: str) -> str:
 
 def run_options(command: F) -> F:
     """``command`` with the run options: its parameter ``options: RunOptions`` becomes the
-    flags of :func:`_flags` (listed after the command's own parameters that come before
+    flags of :class:`RunOptions`' fields (listed after the command's own parameters that come before
     ``options``, and before those after it), and the command receives them parsed."""
     own = inspect.signature(command, eval_str=True)
-    shared = list(inspect.signature(_flags, eval_str=True).parameters.values())
+    hints = get_type_hints(RunOptions, include_extras=True)  # the Annotated[..., Option]s
+    shared = [
+        inspect.Parameter(f.name, _FLAG, default=f.default, annotation=hints[f.name])
+        for f in fields(RunOptions)
+    ]
     names = [p.name for p in shared]
-    assert names == [f.name for f in fields(RunOptions)], "RunOptions and _flags must agree"
     before: list[inspect.Parameter] = []
     after: list[inspect.Parameter] = []
     seen = False

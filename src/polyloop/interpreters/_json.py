@@ -9,7 +9,7 @@ from typing import Any
 
 from polyloop.types import MAX_NESTING, NestedTooDeeply, text_nested_deeper
 
-__all__ = ["DECODER", "loads"]
+__all__ = ["DECODER", "kind", "loads"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -35,3 +35,19 @@ def loads(text: str) -> Any:
         return DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(str(exc)) from None
+
+
+def kind(value: Any) -> str:
+    """What a parsed JSON value is, in words for a message: "an object", "an array", "a
+    string", "a boolean", "a number" or "null"."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null"

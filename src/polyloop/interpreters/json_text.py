@@ -21,7 +21,7 @@ from polyloop.types import (
     canonical_json,
 )
 
-from ._json import loads
+from ._json import kind, loads
 from .code_block import _fences
 
 __all__ = ["JsonTextInterpreter"]
@@ -242,14 +242,6 @@ def _keys(obj: dict[str, Any]) -> str:
 
 
 def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string" if value.strip() else "an empty string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "null"
+    if isinstance(value, str) and not value.strip():
+        return "an empty string"
+    return kind(value)

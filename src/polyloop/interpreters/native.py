@@ -21,7 +21,7 @@ from polyloop.types import (
     nested_deeper,
 )
 
-from ._json import loads
+from ._json import kind, loads
 
 __all__ = ["NativeToolCallInterpreter"]
 
@@ -118,17 +118,5 @@ def _arguments(raw: Mapping[str, Any] | str) -> dict[str, Any]:
         return {}
     value = loads(raw)
     if not isinstance(value, dict):
-        raise ValueError(f"expected a JSON object, got {_json_kind(value)}")
+        raise ValueError(f"expected a JSON object, got {kind(value)}")
     return value
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "null"

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import logging
 
-from ..types import Outcome, Record, RunEnd, RunEnded
+from ..types import Outcome, Record, RunEnded
 from . import acting, stopping
 from .driver import Driver
 from .requests import pending_action, request_detail
@@ -79,16 +79,7 @@ async def on_cancel(d: Driver) -> None:
     if d._cancel_sent:  # a cancel request's reason comes first
         detail = request_detail(d.request, detail)
     reason = stopping.CANCELLED
-    detail = st.end_detail(detail)
-    end = RunEnd(
-        reason,
-        detail,
-        None,
-        len(st.steps),
-        st.actions_executed,
-        d.cfg.clock.time(),
-        totals=st.totals(d._active()),
-    )
+    end = st.end_record(reason, detail, d.cfg.clock.time(), d._active())
     write = asyncio.ensure_future(d.cfg.journal.append(d.lease, (*records, end)))
     try:
         done, _ = await asyncio.wait({write}, timeout=d.cfg.end_write_timeout_s)
@@ -107,7 +98,7 @@ async def on_cancel(d: Driver) -> None:
         return
     d._ended = True
     st.end = end
-    d._emit(RunEnded(d.run_id, reason, detail, end.steps_used, end.actions_executed))
+    d._emit(RunEnded(d.run_id, reason, end.stop_detail, end.steps_used, end.actions_executed))
 
 
 async def grace(d: Driver) -> Outcome | None:

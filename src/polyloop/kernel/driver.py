@@ -332,24 +332,23 @@ class Driver:
         st = self.state
         if step is not None:
             records = (*records, self._add_to_context(step, reply, cut))
-        detail = st.end_detail(detail)
-        end = RunEnd(
+        end = st.end_record(
             reason,
             detail,
-            final_answer,
-            len(st.steps),
-            st.actions_executed,
             self.cfg.clock.time(),
-            pending,
-            report,
-            st.totals(self._active()),
+            self._active(),
+            final_answer=final_answer,
+            pending=pending,
+            report=report,
         )
         await self._write((*records, end))
         st.end = end
         if self._observers:
             if step is not None:
                 self._emit(StepAppended(self.run_id, step))
-            self._emit(RunEnded(self.run_id, reason, detail, end.steps_used, end.actions_executed))
+            self._emit(
+                RunEnded(self.run_id, reason, end.stop_detail, end.steps_used, end.actions_executed)
+            )
         return build_result(self.spec, st, self.context)
 
     # -- observers and the run's clock -------------------------------------------------------

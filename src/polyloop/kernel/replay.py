@@ -21,6 +21,7 @@ from ..types import (
     ApprovalDecided,
     ApprovalRequested,
     ApprovedActionStarted,
+    EscalationReport,
     FailureKnown,
     FailureSeen,
     GuardVerdict,
@@ -33,6 +34,7 @@ from ..types import (
     ModelReply,
     ModelResult,
     Outcome,
+    PendingAction,
     Record,
     RunEnd,
     RunTotals,
@@ -177,6 +179,25 @@ class Replayed:
     def totals(self, active_s: float) -> RunTotals:
         """The run's totals, with ``active_s`` seconds of activity."""
         return RunTotals(self.tokens, self.cost_usd, active_s, self.usage_missing)
+
+    def end_record(
+        self,
+        reason: StopReason,
+        detail: str | None,
+        at: float,
+        active_s: float,
+        *,
+        final_answer: str | None = None,
+        pending: PendingAction | None = None,
+        report: EscalationReport | None = None,
+    ) -> RunEnd:
+        """The end record of the run as it stands: ended at ``at`` (the clock's time) for
+        ``reason``, its ``stop_detail`` ``detail`` with :meth:`end_detail`'s notes, the steps
+        and actions so far and the totals after ``active_s`` seconds of activity."""
+        steps, actions = len(self.steps), self.actions_executed
+        detail = self.end_detail(detail)
+        totals = self.totals(active_s)
+        return RunEnd(reason, detail, final_answer, steps, actions, at, pending, report, totals)
 
     def turn(self, step: StepRecord, reply: ModelReply | None, cut: int, active_s: float) -> Turn:
         """What the context builder is given for ``step``, the last of ``steps`` (the same

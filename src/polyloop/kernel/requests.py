@@ -81,10 +81,7 @@ def _end_record(state: Replayed, clock: Clock, request: EndRequest) -> RunEnd:
     totals are what the run's attempts spent (the model results' usage and cost) and the
     active time its last step journaled (no process drives it while it ends)."""
     reason, detail, pending = requested_ending(request, state.interrupted)
-    steps, actions = len(state.steps), state.actions_executed
-    totals = state.totals(state.active_s)
-    detail = state.end_detail(detail)
-    return RunEnd(reason, detail, None, steps, actions, clock.time(), pending, None, totals)
+    return state.end_record(reason, detail, clock.time(), state.active_s, pending=pending)
 
 
 def default_by() -> str:
