@@ -160,9 +160,7 @@ def completion_stream(text: str | None = None, *, size: int = 4, **options: Any)
 
     entries = list(choice["logprobs"]["content"]) if choice["logprobs"] else None
 
-    def chunk(
-        delta: dict[str, Any], finish: str | None = None, take: int | None = None
-    ) -> bytes:
+    def chunk(delta: dict[str, Any], finish: str | None = None, take: int | None = None) -> bytes:
         lp = None
         if entries is not None and (take is not None or finish is not None):
             n = len(entries) if take is None else take

@@ -38,7 +38,7 @@ pytest.importorskip("openai")
 def entry(token: str, logprob: Any, *top: tuple[str, Any], **extra: Any) -> dict[str, Any]:
     """One ``logprobs.content`` entry as OpenAI sends it (``bytes`` included)."""
     alternatives = [{"token": t, "logprob": lp, "bytes": None} for t, lp in top]
-    return {"token": token, "logprob": logprob, "bytes": None, "top_logprobs": alternatives, **extra}
+    return {"token": token, "logprob": logprob, "bytes": None, "top_logprobs": alternatives} | extra
 
 
 HELLO = [
@@ -231,3 +231,69 @@ def test_a_reply_built_by_hand_is_checked() -> None:
         TokenLogprob("x", math.nan)
     with pytest.raises(MalformedValue):
         TokenLogprob("x", -1.0, top=[TokenLogprob("y", -2.0)])  # type: ignore[arg-type]
+
+
+async def test_the_responses_api_asks_with_include_and_reads_output_text_logprobs() -> None:
+    from polyloop.models.openai_responses import OpenAIResponsesModel
+    from tests.fakes.openai_responses_server import message, response, response_stream
+
+    item = message("Hello!")
+    item["content"][0]["logprobs"] = HELLO
+    with FakeOpenAIServer() as fake:
+        fake.script(response(item), response_stream(item), response(message("Hi")))
+        for stream in (False, True):
+            async with OpenAIResponsesModel(
+                "o4-test", base_url=fake.url, api_key="sk-test", logprobs=True, top_logprobs=2,
+                stream=stream,
+            ) as m:  # fmt: skip
+                assert (await m.complete(request())).logprobs == HELLO_TOKENS
+        async with OpenAIResponsesModel("o4-test", base_url=fake.url, api_key="sk-test") as m:
+            assert (await m.complete(request())).logprobs is None
+    asked, _, unasked = (r.body for r in fake.requests)
+    assert asked["include"] == ["message.output_text.logprobs"] and asked["top_logprobs"] == 2
+    assert "logprobs" not in asked
+    assert not {"include", "top_logprobs", "logprobs"} & unasked.keys()
+
+
+async def test_gemini_asks_with_response_logprobs_and_reads_the_chosen_candidates() -> None:
+    pytest.importorskip("google.genai")
+    from polyloop.models.gemini import GeminiModel
+    from tests.fakes.gemini_server import FakeGeminiServer, generated, generated_stream, text
+
+    result = {
+        "chosenCandidates": [
+            {"token": "Hel", "tokenId": 8, "logProbability": -0.25},
+            {"token": "lo!", "tokenId": 9, "logProbability": -0.5},
+        ],
+        "topCandidates": [
+            {"candidates": [{"token": "Hel", "tokenId": 8, "logProbability": -0.25}]},
+            {"candidates": [{"token": "lo!", "tokenId": 9, "logProbability": -0.5}]},
+        ],
+    }
+    bad = {"chosenCandidates": [{"token": "x", "logProbability": "NaN"}]}
+    want = (
+        TokenLogprob("Hel", -0.25, 8, (TokenLogprob("Hel", -0.25, 8),)),
+        TokenLogprob("lo!", -0.5, 9, (TokenLogprob("lo!", -0.5, 9),)),
+    )
+    with FakeGeminiServer() as fake:
+        fake.script(
+            generated(text("Hello!"), logprobs_result=result),
+            generated_stream(text("Hello!"), logprobs_result=result),
+            generated(text("x"), logprobs_result=bad),
+            generated(text("Hello!"), logprobs_result=result),
+        )
+        for stream in (False, True):
+            async with GeminiModel(
+                "gemini-test", base_url=fake.url, api_key="k", logprobs=True, top_logprobs=1,
+                stream=stream,
+            ) as m:  # fmt: skip
+                assert (await m.complete(request())).logprobs == want
+        async with GeminiModel("gemini-test", base_url=fake.url, api_key="k", logprobs=True) as m:
+            with pytest.raises(ModelCallError) as info:
+                await m.complete(request())
+        assert info.value.kind == "bad_response"
+        async with GeminiModel("gemini-test", base_url=fake.url, api_key="k") as m:
+            assert (await m.complete(request())).logprobs is None
+    config = fake.requests[0].body["generationConfig"]
+    assert config["responseLogprobs"] is True and config["logprobs"] == 1
+    assert "responseLogprobs" not in fake.requests[3].body.get("generationConfig", {})

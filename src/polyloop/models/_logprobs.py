@@ -4,10 +4,11 @@ option's check (``logprobs``, ``top_logprobs``), one sampled token or alternativ
 whatever object or mapping the SDK left it as, and the limits a reply's lists are held to.
 
 A value of the wrong shape (a token that is not a string, a logprob that is not a finite
-number <= 0 (NaN, an infinity, above 0 by more than rounding), a token id that is not an int, more alternatives than asked for
-and one, more tokens than :data:`MAX_TOKENS`) makes the reply ``bad_response``: the server
-was asked for log-probabilities and sent something that is not, so the attempt failed (and
-is retried under the retry policy) rather than a record being kept that cannot be trusted."""
+number <= 0 (NaN, an infinity, above 0 by more than rounding), a token id that is not an
+int, more alternatives than asked for and one, more tokens than :data:`MAX_TOKENS`) makes
+the reply ``bad_response``: the server was asked for log-probabilities and sent something
+that is not, so the attempt failed (and is retried under the retry policy) rather than a
+record being kept that cannot be trusted."""
 
 from __future__ import annotations
 
