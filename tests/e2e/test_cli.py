@@ -516,7 +516,9 @@ def test_unknown_values_of_enumerated_options_are_usage_errors_listing_the_known
     known = ", ".join(repr(str(r)) for r in StopReason)  # every member, in their order
     assert f"'--stop-reason': 'bogus' is not one of {known}." in reason.err, reason
     assert reason.err.rstrip().endswith("(see polyloop runs --help)"), reason
-    assert "'--format': 'csv' is not one of 'jsonl', 'parquet'." in fmt.err, fmt
+    assert (
+        "'--format': 'csv' is not one of 'jsonl', 'parquet', 'chat', 'chat-parquet'." in fmt.err
+    ), fmt
     assert "No such option: --bogus" in option.err, option
 
 

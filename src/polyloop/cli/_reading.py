@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
 import typer
 
@@ -120,8 +122,13 @@ def stats(journal: ReadJournalOpt = None) -> None:
 def export(
     journal: ReadJournalOpt = None,
     fmt: Annotated[
-        Literal["jsonl", "parquet"],
-        typer.Option("--format", help="jsonl, or parquet (needs pip install 'polyloop[parquet]')."),
+        Literal["jsonl", "parquet", "chat", "chat-parquet"],
+        typer.Option(
+            "--format",
+            help="jsonl, or parquet (needs pip install 'polyloop[parquet]'). chat (JSON Lines) "
+            "or chat-parquet: one record per run instead of one per step, its messages in the "
+            "OpenAI chat shape.",
+        ),
     ] = "jsonl",
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")
@@ -132,12 +139,17 @@ def export(
     ] = False,
 ) -> None:
     """Export every step of every run (one record per step, with its run's fields and
-    totals, and the tokens and cost of the step's model calls; same fields in both formats).
+    totals, and the tokens and cost of the step's model calls; same fields in both formats),
+    or with --format chat / chat-parquet every run as a conversation for training (one
+    record per run, written as each run is read).
 
     Example: polyloop export --format jsonl -o steps.jsonl
     """
-    if fmt == "parquet" and output is None:
-        raise fail("parquet needs an output file: -o steps.parquet")
+    if fmt in ("parquet", "chat-parquet") and output is None:
+        raise fail(f"{fmt} needs an output file: -o {fmt.replace('-', '.')}")
+    if fmt in ("chat", "chat-parquet"):
+        _export_chat(journal, output, redact, parquet=fmt == "chat-parquet")
+        return
 
     async def go() -> list[dict[str, Any]]:
         async with open_reader(journal) as j:
@@ -155,6 +167,57 @@ def export(
         _render.write_export(rows, fmt, output)
     except (BadInput, OSError) as exc:
         raise fail(str(exc)) from None
+
+
+def _export_chat(journal: str | None, output: Path | None, redact: bool, *, parquet: bool) -> None:
+    """``export --format chat``/``chat-parquet``: each run's record written as it is read."""
+    import json
+
+    from polyloop.observe.chat_export import chat_records
+
+    if parquet:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise fail(
+                "chat-parquet export needs pyarrow: pip install 'polyloop[parquet]'"
+            ) from None
+
+    async def go() -> int:
+        async with open_reader(journal) as j:
+            records = chat_records(j.journal, redact=redact)
+            with _written(output, binary=parquet) as out:
+                if parquet:
+                    from polyloop.observe.chat_parquet import write_chat_parquet
+
+                    return await write_chat_parquet(records, out)
+                n = 0
+                async for record in records:
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    n += 1
+                return n
+
+    n = call(go)
+    if output is not None:
+        print(f"wrote {n} runs to {output}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _written(output: Path | None, *, binary: bool) -> Iterator[IO[Any]]:
+    """The file to export to (stdout when None), closed after; a file that cannot be opened
+    is one line of bad input."""
+    if output is None:
+        yield sys.stdout
+        return
+    try:
+        out = output.open("wb") if binary else output.open("w", encoding="utf-8")
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise BadInput(
+            f"cannot write {output}: {why}; give -o a file in a writable folder"
+        ) from None
+    with out:
+        yield out
 
 
 def view(

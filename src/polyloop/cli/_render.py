@@ -23,6 +23,7 @@ from polyloop.events import (
     StepAppended,
 )
 from polyloop.journal import STEP_USAGE_FIELDS
+from polyloop.observe.chat_export import REDACTED, redact_arguments
 from polyloop.types import TestEdit
 
 console = Console(highlight=False, soft_wrap=False)
@@ -411,9 +412,6 @@ def _quantiles(values: Sequence[float]) -> list[float]:
     return statistics.quantiles(values, n=100, method="inclusive")
 
 
-_REDACTED = "[redacted]"
-
-
 def export_row(
     run: dict[str, Any], step: StepRecord, usage: dict[str, Any] | None, *, redact: bool
 ) -> dict[str, Any]:
@@ -436,18 +434,15 @@ def export_row(
         **{name: (usage or {}).get(name) for name in STEP_USAGE_FIELDS},
     }
     if redact:
-        row["goal"] = _REDACTED
+        row["goal"] = REDACTED
         for key in ("raw_response", "observation", "parse_error"):
             if row[key] is not None:
-                row[key] = _REDACTED
+                row[key] = REDACTED
         if step.tool_args_json is not None:
-            args = json.loads(step.tool_args_json)
-            row["tool_args_json"] = json.dumps(
-                {k: _REDACTED for k in args} if isinstance(args, dict) else _REDACTED
-            )
+            row["tool_args_json"] = redact_arguments(step.tool_args_json)
             row["action"] = f"{step.tool_name}(…)"
         elif row["action"] is not None:
-            row["action"] = _REDACTED
+            row["action"] = REDACTED
     return row
 
 

@@ -6,6 +6,9 @@ the kernel never learns they exist.
   this package imports without it.
 * :mod:`polyloop.observe.redact` — what may leave the owner's hands: safe summaries (lengths,
   hashes) and the :class:`Scrubber` that runs over content when content is opted in.
+* :mod:`polyloop.observe.chat_export` — ``chat_records``: a journal's runs as trainers read
+  them, one record per run with its conversation in the OpenAI chat shape;
+  :mod:`polyloop.observe.chat_parquet` writes them as Parquet (needs ``pyarrow``).
 """
 
 from __future__ import annotations
