@@ -16,11 +16,9 @@ import pytest
 
 from polyloop import ApprovalRequired, JournalError, Loop, StopReason
 from polyloop.journal import SQLiteJournal, _sqlite_schema
-from polyloop.journal._sqlite_schema import (
-    _REQUEST_COLUMNS,
-    JOURNAL_SCHEMA_VERSION,
-    _steps_from_rows,
-)
+from polyloop.journal._rows import _steps_from_rows
+from polyloop.journal._sql import REQUEST_COLUMNS as _REQUEST_COLUMNS
+from polyloop.journal._sqlite_schema import JOURNAL_SCHEMA_VERSION
 from polyloop.testing import FakeClock, FunctionModel
 from tests.contract.test_approval import Mailer, mail_then_answer
 from tests.contract.test_resume import World, new_loop

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,9 +14,10 @@ from ..types import (
     ApprovalRequested,
     NotAwaitingApproval,
     Record,
+    record_from_dict,
 )
 
-__all__ = ["APPROVAL_KINDS", "answer", "pending_row", "to_write"]
+__all__ = ["APPROVAL_KINDS", "answer", "decision_of", "pending", "pending_of", "to_write"]
 
 APPROVAL_KINDS = ("approval_requested", "approval_decided")
 """The record kinds :func:`answer` reads."""
@@ -77,3 +79,32 @@ def pending_row(run_id: str, requested: ApprovalRequested, intent: ActionIntent)
         "requested_at": requested.requested_at,
         "expires_at": requested.expires_at,
     }
+
+
+def decision_of(
+    run_id: str, decision: ApprovalDecided, status: str, bodies: Iterable[str]
+) -> tuple[ApprovalDecided, bool]:
+    """What ``decision`` does to a run in ``status`` whose approval records' JSON is
+    ``bodies`` (``_sql.APPROVAL_RECORDS``, in order), as a SQL journal decides it in its
+    transaction: (the decision to answer with, whether to write it). Raises as :func:`answer`."""
+    approvals = [record_from_dict(json.loads(body)) for body in bodies]
+    standing = answer(run_id, decision, approvals, ended=status == "ended")
+    if standing is not None:
+        return standing, False
+    return to_write(decision, approvals), True
+
+
+def pending(rows: Iterable[tuple[str, ApprovalRequested, ActionIntent]]) -> list[dict[str, Any]]:
+    """``pending_approvals``' answer from (run id, its last request, the action's intent) per
+    parked run: oldest request first."""
+    return sorted((pending_row(*row) for row in rows), key=lambda row: row["requested_at"])
+
+
+def pending_of(rows: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """:func:`pending` from ``_sql.PENDING_APPROVALS`` rows (the records' JSON)."""
+    decoded = []
+    for run_id, requested, intent in rows:
+        a, i = record_from_dict(json.loads(requested)), record_from_dict(json.loads(intent))
+        assert isinstance(a, ApprovalRequested) and isinstance(i, ActionIntent)
+        decoded.append((run_id, a, i))
+    return pending(decoded)

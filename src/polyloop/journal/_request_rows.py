@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..types import EndRequest, RequestResult, StopReason
-from ._owner import owner_is_dead
+from ._state import lease_is_live
 
 
 def stored_request(kind: object, reason: object, by: object, at: object) -> EndRequest | None:
@@ -42,7 +42,7 @@ def _known_reason(value: object) -> str | None:
 def request_answer(
     run_id: str, request: EndRequest, row: Sequence[Any], now: float
 ) -> tuple[RequestResult | None, EndRequest | None, bool]:
-    """What ``request`` does to a run whose ``_REQUEST_STATE`` row is ``row``, at ``now``
+    """What ``request`` does to a run whose ``_sql.REQUEST_STATE`` row is ``row``, at ``now``
     (epoch seconds, the clock leases are decided on), in the order the ``EndRequests`` seam
     gives (any backend): (the answer, or None when the run ends now; the request in force;
     whether ``request`` is written)."""
@@ -53,7 +53,7 @@ def request_answer(
         return ended, stored, False
     writes = request.replaces(stored)
     in_force = request if writes else stored
-    if owner is not None and float(expiry or 0.0) > now and not owner_is_dead(str(owner)):
+    if lease_is_live(owner, expiry, now):
         happened: Literal["requested", "already_requested"] = (
             "requested" if writes else "already_requested"
         )

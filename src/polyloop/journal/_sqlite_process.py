@@ -170,7 +170,7 @@ _BOOT = (
     "package.__path__ = [sys.argv[2]]\n"
     "sys.modules['polyloop'] = package\n"
     "from polyloop.journal._sqlite_process import _child\n"
-    "from polyloop.journal.sqlite import _append_of_payload\n"
+    "from polyloop.journal._sqlite_writes import _append_of_payload\n"
     "sys.exit(_child(sys.argv[3:], _append_of_payload))\n"
 )
 

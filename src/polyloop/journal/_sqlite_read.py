@@ -1,94 +1,72 @@
-"""Decoding a run from its stored rows, as every reader does: ``SQLiteJournal.read`` and
-``steps``, ``PostgresJournal.read`` (the same rows, another driver) and ``check_integrity``
-(``polyloop check``), so that the check calls damaged exactly what the readers refuse."""
+"""Reading a SQLite journal, in worker threads on their own connections: a run's spec and
+records (decoded by ``_rows._parse_run``, as every reader decodes them), its steps,
+``list_runs``' and ``step_usage``'s queries, and the read connections of a read-only
+journal."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..types import JournalError, Limits, Record, RunNotFound, RunSpec, StepRecord, record_from_dict
+from ..types import Record, RunNotFound, RunSpec, StepRecord
 from . import _observations
-from ._observations import READ_LARGE, refilled
-from ._sqlite_schema import (
-    _READ_RECORDS,
-    _READ_RUN,
-    _READ_STEPS,
-    _steps_from_rows,
-)
-from ._versions import _check_journal_version
-
-
-def _damaged(run_id: str, seq: int, why: str) -> JournalError:
-    return JournalError(
-        f"run {run_id!r}: journal record {seq} {why}; the journal is damaged and was not modified"
-    )
+from ._observations import READ_LARGE
+from ._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
+from ._rows import _parse_run, _steps_of
+from ._sql import READ_RECORDS, READ_RUN, REQUEST_COLUMNS, RUN_FOUND
+from ._sqlite_damage import _Health
+from ._sqlite_schema import _READ_STEPS, _open_read_only
+from ._sqlite_writer import _Readers
 
 
 def _read_run(conn: sqlite3.Connection, run_id: str) -> tuple[RunSpec, tuple[Record, ...]]:
-    row = conn.execute(
-        _READ_RUN,
-        (run_id,),
-    ).fetchone()
+    row = conn.execute(READ_RUN, (run_id,)).fetchone()
     if row is None:
         raise RunNotFound(run_id)
-    rows = conn.execute(_READ_RECORDS, (run_id,)).fetchall()
+    rows = conn.execute(READ_RECORDS, (run_id,)).fetchall()
     # After the records: a result's steps row was written with it and is never changed.
     large = dict(conn.execute(READ_LARGE, (run_id, _observations.SHARED_ABOVE)).fetchall())
     return _parse_run(run_id, row, rows, large)
 
 
-def _parse_run(
-    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]], large: Mapping[int, str]
-) -> tuple[RunSpec, tuple[Record, ...]]:
-    """A run's spec and records from its ``runs`` row, ``journal`` rows and large
-    ``steps.observation`` texts (``_observations.READ_LARGE``, read after the records; any
-    backend).
-
-    Raises:
-        JournalError: a field, a record or the ``seq`` numbering is damaged.
-    """
-    goal, history_json, metadata_json, limits_json, wording, created_at, version = row
-    _check_journal_version(version, f"run {run_id!r}")
-    try:
-        history = json.loads(history_json)
-        metadata = None if metadata_json is None else json.loads(metadata_json)
-        limits = Limits.from_dict(json.loads(limits_json))
-        if not isinstance(history, list) or not (metadata is None or isinstance(metadata, dict)):
-            raise TypeError("history must be a list and metadata an object")
-    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
-        raise JournalError(
-            f"run {run_id!r}: its runs row is damaged ({type(exc).__name__}: {exc}); "
-            "the journal was not modified"
-        ) from exc
-    spec = RunSpec(run_id, goal, limits, created_at, tuple(history), metadata, wording)
-    records: list[Record] = []
-    for expected, (seq, kind, body) in enumerate(rows, start=1):
-        if seq != expected:
-            raise _damaged(
-                run_id, expected, f"is out of order or missing (seq {seq} stands in its place)"
-            )
-        try:
-            data = json.loads(body)
-        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: too deep
-            raise _damaged(run_id, seq, f"is not valid JSON ({exc})") from exc
-        if not isinstance(data, dict) or data.get("kind") != kind:
-            raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
-        try:
-            records.append(refilled(record_from_dict(data), data, records, large))
-        except JournalError as exc:
-            raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
-    return spec, tuple(records)
-
-
 def _read_steps(conn: sqlite3.Connection, run_id: str) -> list[StepRecord]:
-    if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+    if conn.execute(RUN_FOUND, (run_id,)).fetchone() is None:
         raise RunNotFound(run_id)
     cur = conn.execute(_READ_STEPS, (run_id,))
+    return _steps_of(run_id, [d[0] for d in cur.description], cur.fetchall())
+
+
+def _list_runs(
+    conn: sqlite3.Connection, status: str | None, run_id: str | None, now: float
+) -> list[dict[str, Any]]:
+    # A journal of an older minor, read without migrating it, lacks the newer columns.
+    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    requests = ", ".join(c if c in have else f"NULL AS {c}" for c in REQUEST_COLUMNS)
+    calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
+    query, params = list_runs_sql(
+        status, run_id, requests=requests, runs_have=have, calls_have=calls
+    )
+    cur = conn.execute(query, params)
     names = [d[0] for d in cur.description]
-    try:
-        return _steps_from_rows(names, cur.fetchall())
-    except TypeError as exc:
-        raise JournalError(f"run {run_id!r}: a steps row is damaged ({exc})") from exc
+    return [listed_row(names, row, now) for row in cur.fetchall()]
+
+
+def _step_usage(conn: sqlite3.Connection, run_id: str) -> dict[int, dict[str, Any]]:
+    if conn.execute(RUN_FOUND, (run_id,)).fetchone() is None:
+        raise RunNotFound(run_id)
+    calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
+    cur = conn.execute(step_usage_query(calls), (run_id,))
+    return {row[0]: dict(zip(STEP_USAGE_FIELDS, row[1:], strict=True)) for row in cur}
+
+
+def _read_only_pool(path: str, busy_timeout_s: float, health: _Health) -> tuple[_Readers, bool]:
+    """The read connections of a read-only journal (the first one opened, and the file
+    checked, now; the others like it on demand), and whether they are ``immutable``."""
+    conn, uri, immutable = _open_read_only(path, busy_timeout_s)
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(
+            uri, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+
+    return _Readers(path, busy_timeout_s, health, connect=connect, idle=[conn]), immutable

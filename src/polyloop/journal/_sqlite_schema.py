@@ -1,30 +1,30 @@
-"""The SQLite journal's file: its tables (DDL and the checks that a file holds them), every SQL
-statement the journal runs, the ``steps`` row of a StepRecord, and opening a file (connect,
-check, WAL, create the schema). The tables are described in :mod:`polyloop.journal.sqlite`."""
+"""The SQLite journal's file: its tables (DDL and the checks that a file holds them), the SQL
+statements only SQLite runs (those both journals speak are in :mod:`polyloop.journal._sql`),
+and opening a file (connect, check, WAL, create the schema). The tables are described in
+:mod:`polyloop.journal.sqlite`."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import logging
-import operator
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from ..types import STEP_SCHEMA_VERSION, JournalError, StepRecord
+from ..types import STEP_SCHEMA_VERSION, JournalError
+from ._sql import STATUS_CHECK, STEP_COLUMNS, STEPS_COUNTED
 from ._sqlite_damage import _damaged_error, _is_damage
 from ._versions import (
     _ADDED_COLUMNS,
     JOURNAL_SCHEMA_VERSION,
     _check_meta,
-    _lacking_allowed,
+    _check_tables,
     _level,
     _needs_migration,
+    foreign_meta,
 )
 
 Durability = Literal["full", "normal"]
@@ -65,43 +65,12 @@ _RUNS_DDL = """CREATE TABLE runs (
     history_json TEXT NOT NULL
 )"""
 
-# One column per StepRecord field, same names and order (kernel.md §7).
-_STEP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("step_idx", "INTEGER NOT NULL"),
-    ("raw_response", "TEXT NOT NULL"),
-    ("response_chars", "INTEGER NOT NULL"),
-    ("reasoning_chars", "INTEGER NOT NULL"),
-    ("action", "TEXT"),
-    ("parse_ok", "INTEGER NOT NULL"),
-    ("parse_error", "TEXT"),
-    ("observation", "TEXT"),
-    ("observation_synthetic", "INTEGER NOT NULL"),
-    ("observation_truncated_chars", "INTEGER NOT NULL"),
-    ("prompt_chars", "INTEGER NOT NULL"),
-    ("llm_call_id", "TEXT"),
-    ("step_wall_ms", "REAL NOT NULL"),
-    ("tool_name", "TEXT"),
-    ("tool_args_json", "TEXT"),
-    ("action_status", "TEXT"),
-    ("completed", "INTEGER NOT NULL"),
-    ("schema_version", "TEXT NOT NULL"),
-    ("replaced_chars", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.1
-    ("model", "TEXT"),  # journal schema 1.2
-    ("wrap_up", "INTEGER NOT NULL DEFAULT 0"),  # journal schema 1.3
-    ("outcome_unknown", "TEXT"),  # journal schema 1.4
-)
-_STEP_NAMES = tuple(name for name, _ in _STEP_COLUMNS)
-_STEP_BOOLS = frozenset({"parse_ok", "observation_synthetic", "completed", "wrap_up"})
-assert tuple(f.name for f in fields(StepRecord)) == _STEP_NAMES, (
-    "the steps table must have one column per StepRecord field: update _STEP_COLUMNS"
-)
-
 _DDL: tuple[str, ...] = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
     _RUNS_DDL,
     "CREATE INDEX runs_by_status ON runs (status, lease_expires_at)",
     "CREATE TABLE steps (\n    run_id TEXT NOT NULL,\n"
-    + "".join(f"    {name} {decl},\n" for name, decl in _STEP_COLUMNS)
+    + "".join(f"    {name} {decl},\n" for name, decl in STEP_COLUMNS)
     + "    PRIMARY KEY (run_id, step_idx)\n)",
     """CREATE TABLE journal (
     run_id TEXT NOT NULL,
@@ -134,111 +103,29 @@ _DDL: tuple[str, ...] = (
 )
 _TABLES = frozenset({"meta", "runs", "steps", "journal", "model_calls"})
 
+# The statements only SQLite has (those both journals speak are in ``_sql``).
 _INSERT_RUN = """INSERT INTO runs (run_id, owner, lease_expires_at, status, created_at,
     journal_schema_version, wording_version, goal, limits_json, metadata_json, history_json)
     VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (run_id) DO NOTHING"""
-# A person's decision on a parked run's action (journal schema 1.4, SQLiteJournal.decide).
-_APPROVAL_RECORDS = """SELECT body FROM journal
-    WHERE run_id = ? AND kind IN ('approval_requested', 'approval_decided') ORDER BY seq"""
-# Each parked run's last request and the action intent written just before it.
-_PENDING_APPROVALS = """SELECT r.run_id, a.body, i.body FROM runs AS r
-    JOIN journal AS a ON a.run_id = r.run_id AND a.kind = 'approval_requested'
-        AND a.seq = (SELECT max(seq) FROM journal
-                     WHERE run_id = r.run_id AND kind = 'approval_requested')
-    JOIN journal AS i ON i.run_id = r.run_id AND i.seq = a.seq - 1
-    WHERE r.status = 'awaiting_approval'"""
-_INSERT_JOURNAL = "INSERT INTO journal (run_id, seq, kind, body, written_at) VALUES (?, ?, ?, ?, ?)"
-_INSERT_STEP = (
-    f"INSERT INTO steps (run_id, {', '.join(_STEP_NAMES)}) VALUES (?{', ?' * len(_STEP_NAMES)})"
-)
-_MARK_UNCERTAIN = """UPDATE model_calls SET state = 'uncertain'
-    WHERE intent_id = ? AND attempt < ? AND state = 'pending'"""
-_INSERT_INTENT = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, model, state)
-    VALUES (?, ?, ?, ?, ?, 'pending')"""
-_UPSERT_CALL = """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, llm_call_id,
-        state, input_tokens, output_tokens, latency_ms, error, response_model, cached_tokens,
-        reasoning_tokens, cost_usd)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (intent_id, attempt) DO UPDATE SET llm_call_id = excluded.llm_call_id,
-        state = excluded.state, input_tokens = excluded.input_tokens,
-        output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
-        error = excluded.error, response_model = excluded.response_model,
-        cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens,
-        cost_usd = excluded.cost_usd"""
-_END_PENDING = "UPDATE model_calls SET state = 'uncertain' WHERE run_id = ? AND state = 'pending'"
-_RELEASE = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
-_LEASE_OF = "SELECT owner, lease_expires_at FROM runs WHERE run_id = ?"
-_READ_RUN = """SELECT goal, history_json, metadata_json, limits_json, wording_version,
-    created_at, journal_schema_version FROM runs WHERE run_id = ?"""
-_READ_RECORDS = "SELECT seq, kind, body FROM journal WHERE run_id = ? ORDER BY seq"
+# Taking over a lease read under the write lock (``acquire``), unless it changed meanwhile.
+_TAKE_LEASE = """UPDATE runs SET owner = ?, lease_expires_at = ?
+    WHERE run_id = ? AND owner IS ? AND lease_expires_at IS ?"""
+_RENEW = "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ?"
+# Ending a run nobody holds (``request_end``): the lease taken for the transaction, which the
+# end record releases.
+_TAKE_TO_END = "UPDATE runs SET owner = ?, lease_expires_at = ? WHERE run_id = ?"
 # Every column, read by name: a journal of an older minor lacks the columns added since (their
 # fields take their defaults), a newer minor's extra columns are read past.
 _READ_STEPS = "SELECT * FROM steps WHERE run_id = ? ORDER BY step_idx"
-_END_RUN = """UPDATE runs SET status = 'ended', stop_reason = ?, stop_detail = ?,
-    final_answer = ?, steps_used = ?, actions_executed = ?, ended_at = ?, tokens_used = ?,
-    cost_usd = ?, active_seconds = ?, usage_missing = ?, owner = NULL,
-    lease_expires_at = NULL WHERE run_id = ?"""
-# Requests to end a run (journal schema 1.3): the columns, the run's state a request is decided
-# on, and writing one (never fenced: the requester holds no lease).
-_REQUEST_COLUMNS = ("request", "request_reason", "requested_by", "requested_at")
-_REQUEST_STATE = """SELECT status, owner, lease_expires_at, stop_reason, stop_detail, request,
-    request_reason, requested_by, requested_at FROM runs WHERE run_id = ?"""
-_WRITE_REQUEST = """UPDATE runs SET request = ?, request_reason = ?, requested_by = ?,
-    requested_at = ? WHERE run_id = ?"""
-_REQUEST_OF = f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM runs WHERE run_id = ?"
-_LAST_SEQ = "SELECT coalesce(max(seq), 0) FROM journal WHERE run_id = ?"
-# A step's append keeps the run's counters current, in the step's transaction; matching only
-# while the writer holds the lease, it is also the append's fence (0 rows: lease lost).
+# The fence of an append. A step's append keeps the run's counters current, in the step's
+# transaction; matching only while the writer holds the lease, it is also the append's fence
+# (0 rows: lease lost). Another append is fenced by an update that changes no byte of the row
+# (owner = owner), so it writes nothing and never copies the history.
 _COUNT_STEPS = """UPDATE runs SET steps_used = steps_used + ?,
     actions_executed = actions_executed + ? WHERE run_id = ? AND owner = ?"""
-# When a run changes hands, its counters are counted again from ``steps``: a journal written
-# before they were kept current per step left them at 0 until the end.
-_RECOUNT = """UPDATE runs SET
-    steps_used = (SELECT count(*) FROM steps s WHERE s.run_id = runs.run_id),
-    actions_executed = (SELECT count(*) FROM steps s WHERE s.run_id = runs.run_id
-        AND s.action_status = 'executed')
-    WHERE run_id = ?"""
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-_STEP_FIELDS = operator.attrgetter(*_STEP_NAMES)
-_ROW_BOOLS = tuple(i for i, name in enumerate(_STEP_NAMES) if name in _STEP_BOOLS)
-_ROW_STATUS = _STEP_NAMES.index("action_status")
-
-
-def _step_row(step: StepRecord) -> list[Any]:
-    """A ``steps`` row (without its run_id): the fields in column order, booleans as 0/1,
-    ``action_status`` as its string (as ``StepRecord.to_dict()`` gives them; a subclass's
-    ``to_dict`` is used as it is, as the journal record's JSON uses it)."""
-    if type(step) is not StepRecord:
-        d = step.to_dict()
-        return [int(d[n]) if n in _STEP_BOOLS else d[n] for n in _STEP_NAMES]
-    row = list(_STEP_FIELDS(step))
-    for i in _ROW_BOOLS:
-        row[i] = int(row[i])
-    status = row[_ROW_STATUS]
-    if status is not None:
-        row[_ROW_STATUS] = status.value
-    return row
-
-
-def _steps_from_rows(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[StepRecord]:
-    """Step records from ``steps`` rows of ``_READ_STEPS``, whose columns are ``names``.
-
-    Raises:
-        TypeError: a row is damaged (a field is missing or has the wrong type).
-    """
-    steps = []
-    for row in rows:
-        d = dict(zip(names, row, strict=True))
-        for name in _STEP_BOOLS:
-            if name in d:
-                d[name] = bool(d[name])
-        steps.append(StepRecord.from_dict(d))
-    return steps
+_FENCE = "UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?"
+_RECOUNT = f"UPDATE runs SET\n    {STEPS_COUNTED}\n    WHERE run_id = ?"
 
 
 # -- opening a file ---------------------------------------------------------------------------
@@ -339,44 +226,13 @@ def _check_polyloop(conn: sqlite3.Connection, path: str, names: set[str]) -> str
     except sqlite3.Error as exc:
         if _is_damage(exc):
             raise _damaged_error(path, exc) from exc
-        raise JournalError(
-            f"{path} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch it "
-            "(it was not modified)"
-        ) from None
+        raise foreign_meta(str(path), exc) from None
     _check_meta(meta, str(path))
     want = _table_columns()
     have = {t: {row[1] for row in conn.execute(f"PRAGMA table_info({t})")} for t in want}
     version = str(meta["journal_schema_version"])
     _check_tables(str(path), names, have, want, version)
     return version
-
-
-def _check_tables(
-    where: str,
-    names: set[str],
-    have: Mapping[str, set[str]],
-    want: Mapping[str, Iterable[str]],
-    version: str = JOURNAL_SCHEMA_VERSION,
-) -> None:
-    """Refuse a journal that lacks one of PolyLoop's tables (``names``: the tables it has) or
-    one of their columns (``have``: the columns of each table it has), except the columns
-    added by minor versions after its own (``version``). Any backend."""
-    missing = _TABLES - names
-    if missing:
-        raise JournalError(
-            f"the PolyLoop journal {where} lacks the tables {sorted(missing)}: it is damaged "
-            "(it was not modified)"
-        )
-    allowed = _lacking_allowed(version)
-    for table, columns in want.items():
-        lacking = [
-            c for c in columns if c not in have.get(table, set()) and (table, c) not in allowed
-        ]
-        if lacking:
-            raise JournalError(
-                f"the PolyLoop journal {where}: table {table} lacks the columns {lacking}: it "
-                "is damaged (it was not modified)"
-            )
 
 
 @functools.cache
@@ -425,7 +281,7 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
 
 
 _OLD_STATUS_CHECK = "CHECK (status IN ('running', 'ended'))"
-_NEW_STATUS_CHECK = "CHECK (status IN ('running', 'ended', 'awaiting_approval'))"
+_NEW_STATUS_CHECK = STATUS_CHECK
 
 
 def _widen_status(conn: sqlite3.Connection) -> None:

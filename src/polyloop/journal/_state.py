@@ -30,11 +30,39 @@ A ``status`` this version does not know is passed through as the state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
+from ..types import ApprovalDecided, ApprovalRequested, Lease, LeaseLost, RunEnd
 from ._owner import owner_is_dead
 
-__all__ = ["run_state"]
+__all__ = ["STATUS_AFTER", "lease_is_live", "lease_lost", "run_state"]
+
+STATUS_AFTER: Final[dict[str, str]] = {
+    ApprovalRequested.kind: "awaiting_approval",
+    ApprovalDecided.kind: "running",
+    RunEnd.kind: "ended",
+}
+"""The ``runs.status`` a record of these kinds leaves its run in (every other record leaves it
+as it was; a run starts ``running``): every journal's rule."""
+
+
+def lease_is_live(owner: Any, lease_expires_at: Any, now: float) -> bool:
+    """Whether a live execution holds the lease of a run whose ``owner`` and
+    ``lease_expires_at`` columns these are, at ``now`` (epoch seconds): an owner, a lease not
+    expired, and the owner not provably dead. Anything else may be taken over (durability.md
+    "Leases"): every journal's rule for ``acquire``, requests and ``state``."""
+    return (
+        owner is not None and float(lease_expires_at or 0.0) > now and not owner_is_dead(str(owner))
+    )
+
+
+def lease_lost(lease: Lease, held: str) -> LeaseLost:
+    """The error of a write fenced out: ``lease`` is no longer its run's; ``held`` says by
+    whom (or why)."""
+    return LeaseLost(
+        f"run {lease.run_id!r}: this execution ({lease.owner}) no longer holds the lease "
+        f"({held}); stop without writing"
+    )
 
 
 def run_state(status: str, owner: Any, lease_expires_at: Any, now: float) -> str:
@@ -44,6 +72,4 @@ def run_state(status: str, owner: Any, lease_expires_at: Any, now: float) -> str
         return status
     if owner is None:
         return "detached"
-    if lease_expires_at is None or float(lease_expires_at) <= now or owner_is_dead(str(owner)):
-        return "stale"
-    return "running"
+    return "running" if lease_is_live(owner, lease_expires_at, now) else "stale"

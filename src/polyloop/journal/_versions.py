@@ -4,7 +4,7 @@ per run (``meta`` and ``runs.journal_schema_version``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..types import STEP_SCHEMA_VERSION, JournalError
@@ -122,3 +122,40 @@ def _check_meta(meta: Mapping[str, Any], where: str) -> None:
             f"PolyLoop reads step record schema {STEP_SCHEMA_VERSION} (major {_STEP_MAJOR}): "
             "upgrade polyloop to read it (it was not modified)"
         )
+
+
+def foreign_meta(where: str, exc: Exception) -> JournalError:
+    """The refusal of a journal whose ``meta`` table PolyLoop cannot read (``exc``). Any
+    backend."""
+    return JournalError(
+        f"{where} has a 'meta' table that is not PolyLoop's ({exc}); refusing to touch it "
+        "(it was not modified)"
+    )
+
+
+def _check_tables(
+    where: str,
+    names: set[str],
+    have: Mapping[str, set[str]],
+    want: Mapping[str, Iterable[str]],
+    version: str = JOURNAL_SCHEMA_VERSION,
+) -> None:
+    """Refuse a journal that lacks one of PolyLoop's tables (``want``'s keys; ``names``: the
+    tables it has) or one of their columns (``have``: the columns of each table it has),
+    except the columns added by minor versions after its own (``version``). Any backend."""
+    missing = set(want) - names
+    if missing:
+        raise JournalError(
+            f"the PolyLoop journal {where} lacks the tables {sorted(missing)}: it is damaged "
+            "(it was not modified)"
+        )
+    allowed = _lacking_allowed(version)
+    for table, columns in want.items():
+        lacking = [
+            c for c in columns if c not in have.get(table, set()) and (table, c) not in allowed
+        ]
+        if lacking:
+            raise JournalError(
+                f"the PolyLoop journal {where}: table {table} lacks the columns {lacking}: it "
+                "is damaged (it was not modified)"
+            )

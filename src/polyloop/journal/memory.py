@@ -13,7 +13,6 @@ from ..types import (
     ApprovalRequested,
     EndRequest,
     Lease,
-    LeaseLost,
     ModelResult,
     Record,
     RequestResult,
@@ -25,9 +24,10 @@ from ..types import (
     StepWritten,
 )
 from . import _approvals
-from ._owner import new_owner, owner_is_dead
+from ._owner import new_owner
 from ._reading import UsageSums, run_totals
-from ._state import run_state
+from ._request_rows import request_answer, request_row
+from ._state import STATUS_AFTER, lease_is_live, lease_lost, run_state
 
 __all__ = ["MemoryJournal"]
 
@@ -42,7 +42,7 @@ class _Run:
     actions_executed: int = 0
     end: RunEnd | None = None
     request: EndRequest | None = None
-    awaiting: bool = False  # parked until a person decides (runs.status 'awaiting_approval')
+    status: str = "running"  # as runs.status: 'awaiting_approval' while parked, then 'ended'
     usage: UsageSums = field(default_factory=UsageSums)
     step_usage: dict[int, UsageSums] = field(default_factory=dict)
 
@@ -111,7 +111,7 @@ class MemoryJournal:
         self, run_id: str, *, ttl_s: float
     ) -> tuple[Lease, RunSpec, Sequence[Record]]:
         run = self._get(run_id)
-        if self._held(run):
+        if lease_is_live(run.owner, run.expires_at, self._clock()):
             assert run.owner is not None
             raise RunLeased(run_id, run.owner, run.expires_at)
         lease = self._take(run, ttl_s)
@@ -136,18 +136,22 @@ class MemoryJournal:
         """The ``EndRequests`` seam: store ``request`` and, when nobody holds the run, end it
         (see :class:`polyloop.seams.EndRequests`). Atomic (no await inside)."""
         run = self._get(run_id)
-        if run.end is not None:
-            e = run.end
-            return RequestResult(run_id, "already_ended", run.request, e.stop_reason, e.stop_detail)
-        writes = request.replaces(run.request)
-        in_force = request if writes else run.request
-        assert in_force is not None
-        if self._held(run):
-            run.request = in_force
-            return RequestResult(run_id, "requested" if writes else "already_requested", in_force)
-        if len(run.records) != seen:
-            return None
-        run.request = in_force
+        e, r = run.end, run.request
+        row = (
+            run.status,
+            run.owner,
+            run.expires_at,
+            None if e is None else e.stop_reason.value,
+            None if e is None else e.stop_detail,
+            *((None,) * 4 if r is None else request_row(r)),
+        )
+        answer, in_force, writes = request_answer(run_id, request, row, self._clock())
+        if answer is None and len(run.records) != seen:
+            return None  # written since the caller read it: read it again
+        if writes:
+            run.request = request
+        if answer is not None or in_force is None:
+            return answer
         record = end(in_force)
         _extend(run, (record,))
         return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
@@ -167,7 +171,7 @@ class MemoryJournal:
         """The ``Approvals`` seam: the actions awaiting a decision, oldest request first."""
         rows = []
         for run_id, run in self._runs.items():
-            if not run.awaiting:
+            if run.status != "awaiting_approval":
                 continue
             requested = next(r for r in reversed(run.records) if isinstance(r, ApprovalRequested))
             intent = next(
@@ -175,8 +179,8 @@ class MemoryJournal:
                 for r in reversed(run.records)
                 if isinstance(r, ActionIntent) and r.op_id == requested.op_id
             )
-            rows.append(_approvals.pending_row(run_id, requested, intent))
-        return sorted(rows, key=lambda row: row["requested_at"])
+            rows.append((run_id, requested, intent))
+        return _approvals.pending(rows)
 
     async def release(self, lease: Lease) -> None:
         run = self._runs.get(lease.run_id)
@@ -195,22 +199,15 @@ class MemoryJournal:
         run.expires_at = self._clock() + ttl_s
         return Lease(run.spec.run_id, run.owner, run.expires_at, run.request)
 
-    def _held(self, run: _Run) -> bool:
-        """A live execution holds the run's lease (not expired, owner not provably dead)."""
-        return (
-            run.owner is not None
-            and run.expires_at > self._clock()
-            and not owner_is_dead(run.owner)
-        )
-
     def _owned(self, lease: Lease) -> _Run:
+        """The run ``lease`` is the lease of, or ``LeaseLost`` (the fence)."""
         run = self._get(lease.run_id)
         if run.owner != lease.owner:
-            raise LeaseLost(
-                f"run {lease.run_id!r}: this execution ({lease.owner}) no longer holds the "
-                f"lease (held by {run.owner or 'nobody'}); stop without writing"
-            )
+            raise lease_lost(lease, f"held by {run.owner or 'nobody'}")
         return run
+
+
+_APPROVALS = (ApprovalRequested, ApprovalDecided)  # a tuple: no union built per record
 
 
 def _extend(run: _Run, records: Sequence[Record]) -> None:
@@ -222,28 +219,20 @@ def _extend(run: _Run, records: Sequence[Record]) -> None:
         elif isinstance(r, ModelResult):
             run.usage.add(r)
             run.step_usage.setdefault(r.step_idx, UsageSums()).add(r)
-        elif isinstance(r, ApprovalRequested):
-            run.awaiting = True
-        elif isinstance(r, ApprovalDecided):
-            run.awaiting = False
+        elif isinstance(r, _APPROVALS):
+            run.status = STATUS_AFTER[r.kind]
         elif isinstance(r, RunEnd):
             run.owner = None
-            run.awaiting = False
+            run.status = STATUS_AFTER[r.kind]
             run.end = r
             run.steps_used, run.actions_executed = r.steps_used, r.actions_executed
-
-
-def _status(run: _Run) -> str:
-    if run.end is not None:
-        return "ended"
-    return "awaiting_approval" if run.awaiting else "running"
 
 
 def _listed(run: _Run) -> dict[str, Any]:
     spec, end, req = run.spec, run.end, run.request
     return {
         "run_id": spec.run_id,
-        "status": _status(run),
+        "status": run.status,
         "stop_reason": None if end is None else end.stop_reason.value,
         "stop_detail": None if end is None else end.stop_detail,
         "final_answer": None if end is None else end.final_answer,

@@ -89,84 +89,50 @@ size changes, ``history_json`` included: when the lease changes hands (create, a
 release), when the run ends, and when a counter's integer needs one byte more (its value
 reaches 2, 128 or 32768), so at most three times per counter in a run's life, never at other
 steps. Renewing a lease rewrites one page.
+
+The modules: ``_sqlite_schema`` (the tables, opening a file), ``_sqlite_writes`` (each write
+transaction; the statements both journals speak are in :mod:`polyloop.journal._sql`),
+``_sqlite_writer`` / ``_sqlite_process`` (the writer thread and process), ``_sqlite_read``
+(reads), ``_sqlite_check`` (``check_integrity``); this module is the seam.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ..types import (
-    ActionIntent,
     ApprovalDecided,
-    ApprovalRequested,
     ConfigError,
     EndRequest,
-    ErrorInfo,
     JournalError,
     Lease,
-    LeaseLost,
-    ModelAttemptFailed,
-    ModelFailure,
-    ModelIntent,
-    ModelResult,
-    PolyLoopError,
     Record,
     RequestResult,
     RunEnd,
     RunExists,
-    RunLeased,
-    RunNotFound,
     RunSpec,
     StepRecord,
-    StepWritten,
-    Usage,
-    canonical_json,
     check_number,
-    record_from_dict,
-    record_json,
 )
 from . import _approvals
-from ._observations import stored_json
-from ._owner import new_owner, owner_is_dead
-from ._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
-from ._request_rows import request_answer, request_row, stored_request
+from . import _sql as sql
+from ._owner import new_owner
+from ._rows import _prepare, spec_json
 from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
 from ._sqlite_process import _ProcessWriter
-from ._sqlite_read import _read_run, _read_steps
+from ._sqlite_read import _list_runs, _read_only_pool, _read_run, _read_steps, _step_usage
 from ._sqlite_schema import (
-    _APPROVAL_RECORDS,
-    _COUNT_STEPS,
-    _END_PENDING,
-    _END_RUN,
-    _INSERT_INTENT,
-    _INSERT_JOURNAL,
     _INSERT_RUN,
-    _INSERT_STEP,
-    _LAST_SEQ,
-    _LEASE_OF,
-    _MARK_UNCERTAIN,
-    _PENDING_APPROVALS,
-    _RECOUNT,
-    _RELEASE,
-    _REQUEST_COLUMNS,
-    _REQUEST_OF,
-    _REQUEST_STATE,
-    _UPSERT_CALL,
-    _WRITE_REQUEST,
     Durability,
-    _open_read_only,
     _open_writer,
-    _step_row,
 )
 from ._sqlite_writer import (
     _Fn,
@@ -177,6 +143,15 @@ from ._sqlite_writer import (
     _shutdown,
     _wait_answer,
     _Writer,
+)
+from ._sqlite_writes import (
+    _acquire_fn,
+    _append_fn,
+    _decide_fn,
+    _payload,
+    _release_fn,
+    _renew_fn,
+    _request_end_fn,
 )
 from ._versions import JOURNAL_SCHEMA_VERSION
 
@@ -193,232 +168,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("polyloop")
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON-ready")
-
-
-def _dumps(value: object, what: str, run_id: str, backend: str = "SQLite") -> str:
-    """Canonical JSON of a run's history or metadata (mappings become objects); TypeError
-    naming the run and the backend when ``value`` is not JSON-ready."""
-    try:
-        return json.dumps(
-            value,
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=_json_default,
-        )
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"run {run_id!r}: the {what} must be JSON-ready to be journaled in {backend} ({exc})"
-        ) from exc
-
-
-def _lease_lost(conn: sqlite3.Cursor, lease: Lease) -> PolyLoopError:
-    row = conn.execute("SELECT owner FROM runs WHERE run_id = ?", (lease.run_id,)).fetchone()
-    if row is None:
-        return RunNotFound(lease.run_id)
-    return LeaseLost(
-        f"run {lease.run_id!r}: this execution ({lease.owner}) no longer holds the lease "
-        f"(held by {row[0] or 'nobody'}); stop without writing"
-    )
-
-
-def _error_text(error: ErrorInfo) -> str:
-    return f"{error.type}: {error.message} [kind={error.kind}, retryable={error.retryable}]"
-
-
-def intent_row(run_id: str, r: ModelIntent) -> tuple[Any, ...]:
-    """The ``model_calls`` row a model intent inserts (state ``pending``): run_id, step_idx,
-    intent_id, attempt, model."""
-    return (run_id, r.step_idx, r.intent_id, r.attempt, r.model)
-
-
-def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) -> tuple[Any, ...]:
-    """The ``model_calls`` row an attempt's outcome upserts: run_id, step_idx, intent_id,
-    attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
-    response_model, cached_tokens, reasoning_tokens, cost_usd (``model`` stays as its intent
-    wrote it)."""
-    head = (run_id, r.step_idx, r.intent_id, r.attempt)
-    if not isinstance(r, ModelResult):
-        state = "retried" if isinstance(r, ModelAttemptFailed) else "failed"
-        error = _error_text(r.error)
-        return (*head, None, state, None, None, r.latency_ms, error, None, None, None, None)
-    u = r.reply.usage or _NO_USAGE
-    return (
-        *head,
-        r.llm_call_id,
-        "ok",
-        u.input_tokens,
-        u.output_tokens,
-        r.latency_ms,
-        None,
-        r.reply.model,
-        u.cached_tokens,
-        u.reasoning_tokens,
-        r.cost_usd,
-    )
-
-
-_NO_USAGE = Usage()
-
-
-def end_totals(end: RunEnd) -> tuple[Any, ...]:
-    """The ``runs`` totals the end record sets: tokens_used, cost_usd, active_seconds,
-    usage_missing (NULL for an end record that carries none)."""
-    t = end.totals
-    if t is None:
-        return (None, None, None, None)
-    return (t.tokens, t.cost_usd, t.active_s, t.usage_missing)
-
-
-# -- preparing writes (on the caller's thread) ------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Append:
-    """One ``append``, serialized: every row it writes, ready for the writer."""
-
-    lease: Lease
-    rows: list[tuple[str, str]] = field(default_factory=list)
-    steps: list[tuple[Any, ...]] = field(default_factory=list)
-    calls: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
-    end: RunEnd | None = None
-    executed: int = 0
-    """How many of ``steps`` have ``action_status = 'executed'`` (for the run's counters)."""
-    status: str | None = None
-    """``'awaiting_approval'`` when an ``ApprovalRequested`` is among the records (the run
-    parks), ``'running'`` for an ``ApprovalDecided``; else None (unchanged)."""
-    end_row: tuple[Any, ...] | None = None
-    """``end``'s ``runs`` columns (:func:`_end_row`): all the SQLite writers read of it."""
-
-
-def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
-    run_id = lease.run_id
-    p = _Append(lease)
-    for before, r, after in zip((None, *records), records, (*records[1:], None), strict=False):
-        p.rows.append((r.kind, stored_json(r, before, after)))
-        match r:
-            case ModelIntent():
-                p.calls.append(("intent", intent_row(run_id, r)))
-            case ModelResult() | ModelAttemptFailed() | ModelFailure():
-                p.calls.append(("upsert", call_row(run_id, r)))
-            case StepWritten(step):
-                p.steps.append((run_id, *_step_row(step)))
-                p.executed += step.action_status == "executed"
-            case RunEnd():
-                p.end = r
-                p.end_row = _end_row(r)
-            case ApprovalRequested():
-                p.status = "awaiting_approval"
-            case ApprovalDecided():
-                p.status = "running"
-            case _:
-                pass
-    return p
-
-
-def _end_row(end: RunEnd) -> tuple[Any, ...]:
-    """The ``runs`` columns an end record sets, in ``_END_RUN``'s order (before the run_id)."""
-    return (
-        end.stop_reason.value,
-        end.stop_detail,
-        end.final_answer,
-        end.steps_used,
-        end.actions_executed,
-        end.ended_at,
-        *end_totals(end),
-    )
-
-
-def _payload(p: _Append, now: float) -> tuple[Any, ...]:
-    """An append for the writer process: only SQL values in tuples and lists (cheap to pickle,
-    and nothing the child would have to import), ``now`` its ``written_at`` (taken when the
-    append was made, not when it commits)."""
-    lease = p.lease
-    return (
-        lease.run_id,
-        lease.owner,
-        lease.expires_at,
-        p.rows,
-        p.steps,
-        p.calls,
-        p.end_row,
-        p.executed,
-        p.status,
-        now,
-    )
-
-
-def _append_of_payload(payload: tuple[Any, ...]) -> _Fn:
-    """The writer process's write of one :func:`_payload` (the same SQL as the thread's)."""
-    run_id, owner, expires_at, rows, steps, calls, end, executed, status, now = payload
-    p = _Append(Lease(run_id, owner, expires_at), rows, steps, calls, None, executed, status, end)
-    return _append_fn(p, lambda: now)
-
-
-def _append_fn(p: _Append, clock: Callable[[], float]) -> _Fn:
-    def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
-        run_id, owner = p.lease.run_id, p.lease.owner
-        cached = seqs.get(run_id)
-        # Steps not ending the run move the run's counters, fenced (the end sets them itself).
-        counted = bool(p.steps) and p.end_row is None
-        if counted:
-            cur = conn.execute(_COUNT_STEPS, (len(p.steps), p.executed, run_id, owner))
-            if cur.rowcount != 1:
-                raise _lease_lost(conn, p.lease)
-        if cached is not None and cached[0] == owner:
-            # The fence, from memory: this connection's last committed write of the run left
-            # it owned by this execution, no write of this connection changed the owner since
-            # (those update the cache), and no other connection committed anything since
-            # (``PRAGMA data_version``, checked under the write lock this transaction holds).
-            nxt = cached[1]
-        else:
-            # The fence: it matches only while this execution holds the lease. It changes no
-            # byte of the row (owner = owner), so it writes nothing and never copies the history.
-            # (The counters' update above was the fence already.)
-            if not counted:
-                cur = conn.execute(
-                    "UPDATE runs SET owner = owner WHERE run_id = ? AND owner = ?",
-                    (run_id, owner),
-                )
-                if cur.rowcount != 1:
-                    raise _lease_lost(conn, p.lease)
-            nxt = conn.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
-        now = clock()
-        conn.executemany(
-            _INSERT_JOURNAL,
-            [(run_id, nxt + i, kind, body, now) for i, (kind, body) in enumerate(p.rows)],
-        )
-        if p.steps:
-            conn.executemany(_INSERT_STEP, p.steps)
-        for op, args in p.calls:
-            if op == "intent":
-                if args[3] > 1:  # earlier attempts of this intent still pending: lost
-                    conn.execute(_MARK_UNCERTAIN, (args[2], args[3]))
-                conn.execute(_INSERT_INTENT, args)
-            else:
-                conn.execute(_UPSERT_CALL, args)
-        if p.status is not None:
-            conn.execute("UPDATE runs SET status = ? WHERE run_id = ?", (p.status, run_id))
-        end = p.end_row
-        if end is None:
-            seqs.set(run_id, (owner, nxt + len(p.rows)))
-            return
-        conn.execute(_END_PENDING, (run_id,))
-        conn.execute(_END_RUN, (*end, run_id))
-        seqs.set(run_id, None)  # the lease is released with the end record
-
-    return run
 
 
 # -- the journal ------------------------------------------------------------------------------
@@ -589,11 +338,7 @@ class SQLiteJournal:
     # -- the seam -----------------------------------------------------------------------------
     async def create(self, spec: RunSpec, *, ttl_s: float) -> Lease:
         run_id = spec.run_id
-        history = _dumps(list(spec.history), "history", run_id)
-        metadata = (
-            None if spec.metadata is None else _dumps(dict(spec.metadata), "metadata", run_id)
-        )
-        limits = canonical_json(spec.limits.to_dict())
+        limits, metadata, history = spec_json(spec)
         owner = new_owner()
         clock = self._clock
 
@@ -629,31 +374,7 @@ class SQLiteJournal:
         self, run_id: str, *, ttl_s: float
     ) -> tuple[Lease, RunSpec, Sequence[Record]]:
         owner = new_owner()
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
-            row = conn.execute(_LEASE_OF, (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            old_owner, old_expiry = row
-            now = clock()
-            if old_owner is not None and (old_expiry or 0.0) > now and not owner_is_dead(old_owner):
-                raise RunLeased(run_id, old_owner, old_expiry)
-            expires = now + ttl_s
-            cur = conn.execute(
-                "UPDATE runs SET owner = ?, lease_expires_at = ? "
-                "WHERE run_id = ? AND owner IS ? AND lease_expires_at IS ?",
-                (owner, expires, run_id, old_owner, old_expiry),
-            )
-            if cur.rowcount != 1:  # cannot happen under the write lock; lose cleanly if it does
-                now_owner = conn.execute(_LEASE_OF, (run_id,)).fetchone()
-                raise RunLeased(run_id, str(now_owner[0]), float(now_owner[1] or 0.0))
-            conn.execute(_RECOUNT, (run_id,))
-            nxt = conn.execute(_LAST_SEQ, (run_id,)).fetchone()[0] + 1
-            seqs.set(run_id, (owner, nxt))
-            request = stored_request(*conn.execute(_REQUEST_OF, (run_id,)).fetchone())
-            return Lease(run_id, owner, expires, request)
-
+        run = _acquire_fn(run_id, owner, ttl_s, self._clock)
         lease: Lease = await self._write(run, run_id, give_back=True)
         try:
             spec, records = await self.read(run_id)  # nobody else can write it now
@@ -670,20 +391,7 @@ class SQLiteJournal:
             await self._write(_append_fn(p, self._clock), lease.run_id)
 
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> Lease:
-            expires = clock() + ttl_s
-            cur = conn.execute(
-                "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ?",
-                (expires, lease.run_id, lease.owner),
-            )
-            if cur.rowcount != 1:
-                raise _lease_lost(conn, lease)
-            # The request stored for the run, if any: how its owner learns of one.
-            request = stored_request(*conn.execute(_REQUEST_OF, (lease.run_id,)).fetchone())
-            return Lease(lease.run_id, lease.owner, expires, request)
-
+        run = _renew_fn(lease, ttl_s, self._clock)
         renewed: Lease = await self._write(run, lease.run_id)
         return renewed
 
@@ -700,29 +408,7 @@ class SQLiteJournal:
         ``end(...)`` (fenced: the transaction takes the lease and the end record releases it),
         all in one transaction under the write lock, so two requests racing are decided one
         after the other and the run ends exactly once. Raises ``RunNotFound``."""
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> RequestResult | None:
-            row = conn.execute(_REQUEST_STATE, (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            answer, in_force, writes = request_answer(run_id, request, row, clock())
-            if answer is None and conn.execute(_LAST_SEQ, (run_id,)).fetchone()[0] != seen:
-                return None  # written since the caller read it: read it again
-            if writes:
-                conn.execute(_WRITE_REQUEST, (*request_row(request), run_id))
-            if answer is not None or in_force is None:
-                return answer
-            record = end(in_force)
-            me = new_owner()  # held for this transaction only: the end record releases it
-            conn.execute(
-                "UPDATE runs SET owner = ?, lease_expires_at = ? WHERE run_id = ?",
-                (me, clock(), run_id),
-            )
-            seqs.set(run_id, None)
-            _append_fn(_prepare(Lease(run_id, me, 0.0), (record,)), clock)(conn, seqs)
-            return RequestResult(run_id, "ended", in_force, record.stop_reason, record.stop_detail)
-
+        run = _request_end_fn(run_id, request, seen, end, self._clock)
         answer: RequestResult | None = await self._write(run, run_id)
         return answer
 
@@ -732,28 +418,7 @@ class SQLiteJournal:
         its action awaits one (setting ``runs.status`` back to ``'running'``), so two deciders
         racing, in any processes, are decided one after the other. Needs no lease: a parked run
         has no owner, and nothing else writes to it while it waits."""
-        clock = self._clock
-
-        def run(conn: sqlite3.Cursor, seqs: _Seqs) -> ApprovalDecided:
-            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            bodies = conn.execute(_APPROVAL_RECORDS, (run_id,)).fetchall()
-            approvals = [record_from_dict(json.loads(body)) for (body,) in bodies]
-            standing = _approvals.answer(run_id, decision, approvals, ended=row[0] == "ended")
-            if standing is not None:
-                return standing
-            written = _approvals.to_write(decision, approvals)
-            nxt = conn.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM journal WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
-            conn.execute(
-                _INSERT_JOURNAL, (run_id, nxt, written.kind, record_json(written), clock())
-            )
-            conn.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
-            seqs.set(run_id, None)
-            return written
-
+        run = _decide_fn(run_id, decision, self._clock)
         decided: ApprovalDecided = await self._write(run, run_id)
         return decided
 
@@ -762,12 +427,7 @@ class SQLiteJournal:
         'awaiting_approval'``), oldest request first. Read-only."""
 
         def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            out = []
-            for run_id, requested, intent in conn.execute(_PENDING_APPROVALS).fetchall():
-                a, i = record_from_dict(json.loads(requested)), record_from_dict(json.loads(intent))
-                assert isinstance(a, ApprovalRequested) and isinstance(i, ActionIntent)
-                out.append(_approvals.pending_row(run_id, a, i))
-            return sorted(out, key=lambda row: row["requested_at"])
+            return _approvals.pending_of(conn.execute(sql.PENDING_APPROVALS).fetchall())
 
         return await asyncio.to_thread(self._readers.run, read)
 
@@ -858,53 +518,6 @@ class SQLiteJournal:
         await _wait_answer(job)
         if not job.ok:
             log.warning("run %s: could not release its lease", lease.run_id, exc_info=job.value)
-
-
-def _read_only_pool(path: str, busy_timeout_s: float, health: _Health) -> tuple[_Readers, bool]:
-    """The read connections of a read-only journal (the first one opened, and the file
-    checked, now; the others like it on demand), and whether they are ``immutable``."""
-    conn, uri, immutable = _open_read_only(path, busy_timeout_s)
-
-    def connect() -> sqlite3.Connection:
-        return sqlite3.connect(
-            uri, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
-
-    return _Readers(path, busy_timeout_s, health, connect=connect, idle=[conn]), immutable
-
-
-def _release_fn(lease: Lease) -> _Fn:
-    def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
-        conn.execute(_RELEASE, (lease.run_id, lease.owner))
-        seqs.set(lease.run_id, None)
-
-    return run
-
-
-# -- reading (in worker threads) --------------------------------------------------------------
-
-
-def _list_runs(
-    conn: sqlite3.Connection, status: str | None, run_id: str | None, now: float
-) -> list[dict[str, Any]]:
-    # A journal of an older minor, read without migrating it, lacks the newer columns.
-    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    requests = ", ".join(c if c in have else f"NULL AS {c}" for c in _REQUEST_COLUMNS)
-    calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
-    query, params = list_runs_sql(
-        status, run_id, requests=requests, runs_have=have, calls_have=calls
-    )
-    cur = conn.execute(query, params)
-    names = [d[0] for d in cur.description]
-    return [listed_row(names, row, now) for row in cur.fetchall()]
-
-
-def _step_usage(conn: sqlite3.Connection, run_id: str) -> dict[int, dict[str, Any]]:
-    if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-        raise RunNotFound(run_id)
-    calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
-    cur = conn.execute(step_usage_query(calls), (run_id,))
-    return {row[0]: dict(zip(STEP_USAGE_FIELDS, row[1:], strict=True)) for row in cur}
 
 
 if TYPE_CHECKING:

@@ -25,7 +25,8 @@ from inspect_ai.model import ContentReasoning, GenerateConfig, Model, ModelOutpu
 from inspect_ai.tool import ToolInfo, ToolParams
 from inspect_ai.util import LimitExceededError
 
-from ...models._common import KIND_BY_STATUS, bad_response, by_status, content_filtered, describe
+from ...models._common import bad_response, content_filtered
+from ...models._errors import KIND_BY_STATUS, by_status, describe
 from ...types import ModelCallError, ModelReply, ModelRequest, ToolCall, ToolSpec, Usage
 from ._messages import Converter
 
