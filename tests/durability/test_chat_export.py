@@ -145,8 +145,8 @@ async def test_redacted_records_hold_no_content(every_journal: OpenJournal) -> N
 
 
 async def test_a_turn_carries_the_answering_attempts_logprobs() -> None:
-    from polyloop import TokenLogprob
     from polyloop.journal import MemoryJournal
+    from polyloop.types import TokenLogprob
 
     said = (TokenLogprob("ok", -0.5, 7, (TokenLogprob("ok", -0.5, 7), TokenLogprob("no", -2.0))),)
     journal = MemoryJournal()

@@ -11,18 +11,10 @@ from typing import Any
 
 import pytest
 
-from polyloop import (
-    AttemptLogprobs,
-    ConfigError,
-    Loop,
-    MalformedValue,
-    ModelCallError,
-    ModelReply,
-    ModelRequest,
-    TokenLogprob,
-)
+from polyloop import ConfigError, Loop, MalformedValue, ModelCallError, ModelReply, ModelRequest
 from polyloop.models.openai import OpenAIModel
 from polyloop.testing import FakeClock
+from polyloop.types import AttemptLogprobs, TokenLogprob
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     completion,
