@@ -205,7 +205,7 @@ class OpenAIModel(Adapter):
         logprobs: ask for the log-probability of every sampled token (``logprobs: true``;
             streamed replies too): the reply's ``logprobs`` holds them (``TokenLogprob``:
             token, logprob, the token id where the server gives one, the top alternatives),
-            and the journal keeps them beside the attempt. A value of the wrong shape (NaN,
+            and ``RunResult.logprobs`` has them per attempt. A value of the wrong shape (NaN,
             not a number, more alternatives than asked) fails the attempt as
             ``bad_response``; a server that sends none gives ``logprobs=None``. Off by
             default: then nothing is sent and nothing read.
