@@ -142,3 +142,26 @@ async def test_redacted_records_hold_no_content(every_journal: OpenJournal) -> N
     assert [c["function"]["name"] for c in calls] == ["send_email"]
     assert json.loads(calls[0]["function"]["arguments"]) == {"to": REDACTED, "body": REDACTED}
     assert len(redacted["native"]["messages"]) == len(results["native"].messages)
+
+
+async def test_a_turn_carries_the_answering_attempts_logprobs() -> None:
+    from polyloop.journal import MemoryJournal
+    from polyloop.types import TokenLogprob
+
+    said = (TokenLogprob("ok", -0.5, 7, (TokenLogprob("ok", -0.5, 7), TokenLogprob("no", -2.0))),)
+    journal = MemoryJournal()
+    model = ScriptedModel([ModelReply("ok", logprobs=said)])
+    result = await Loop(model, journal=journal, clock=FakeClock()).run("go", run_id="lp")
+    (turn,) = (await exported(journal))["lp"]["turns"]
+    assert result.logprobs[0].tokens == said
+    assert turn["logprobs"] == [
+        {
+            "token": "ok",
+            "logprob": -0.5,
+            "token_id": 7,
+            "top_logprobs": [
+                {"token": "ok", "logprob": -0.5, "token_id": 7},
+                {"token": "no", "logprob": -2.0, "token_id": None},
+            ],
+        }
+    ]

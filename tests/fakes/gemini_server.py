@@ -81,6 +81,7 @@ def _generated(
     usage: dict[str, int] | None = None,
     finish_reason: str = "STOP",
     model_version: str = "gemini-test-001",
+    logprobs_result: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     counts = (
         usage
@@ -95,6 +96,8 @@ def _generated(
     candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}, "index": 0}
     if finish_reason:
         candidate["finishReason"] = finish_reason
+    if logprobs_result is not None:
+        candidate["logprobsResult"] = logprobs_result
     obj: dict[str, Any] = {
         "candidates": [candidate],
         "modelVersion": model_version,
@@ -116,7 +119,8 @@ def generated(*parts: dict[str, Any], **options: Any) -> Reply:
     """A ``GenerateContentResponse`` (200) with one candidate of ``parts``. Options:
     ``response_id``, ``usage`` (default ``promptTokenCount`` 82, ``candidatesTokenCount`` 17,
     ``thoughtsTokenCount`` 5, ``cachedContentTokenCount`` 40), ``finish_reason`` (default
-    ``STOP``), ``model_version``."""
+    ``STOP``), ``model_version``, ``logprobs_result`` (the candidate's ``logprobsResult``,
+    sent as given)."""
     return _json(200, _generated(*parts, **options))
 
 
@@ -125,7 +129,8 @@ def generated_stream(*parts: dict[str, Any], size: int = 4, **options: Any) -> R
     sends it: one ``data:`` chunk per piece of text (``size`` characters, a thought's pieces
     marked ``thought``) and per function call (whole, as Gemini sends it), each with the
     ``modelVersion``, the ``responseId`` and the usage so far (the prompt's); the last chunk
-    has the ``finishReason`` and the whole ``usageMetadata``. Events end with CRLF, as
+    has the ``finishReason``, the whole ``usageMetadata`` and the ``logprobsResult`` (when
+    there is one). Events end with CRLF, as
     Gemini's do."""
     obj = _generated(*parts, **options)
     candidate = obj["candidates"][0]
@@ -155,6 +160,8 @@ def generated_stream(*parts: dict[str, Any], size: int = 4, **options: Any) -> R
             entry["content"] = {"role": "model", "parts": chunk_parts}
         if last and "finishReason" in candidate:
             entry["finishReason"] = candidate["finishReason"]
+        if last and "logprobsResult" in candidate:
+            entry["logprobsResult"] = candidate["logprobsResult"]
         data: dict[str, Any] = {"candidates": [entry]}
         if (usage if last else running) is not None:
             data["usageMetadata"] = usage if last else running

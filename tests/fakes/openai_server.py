@@ -80,6 +80,7 @@ def _completion(
     reasoning: str | None = None,
     model: str = "gpt-test",
     finish_reason: str | None = None,
+    logprobs: Any = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
@@ -102,7 +103,7 @@ def _completion(
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": None if logprobs is None else {"content": logprobs, "refusal": None},
                 "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
             }
         ],
@@ -134,7 +135,8 @@ def completion(text: str | None = None, **options: Any) -> Reply:
     OpenAI-compatible servers do) with ``cached_tokens`` and ``reasoning_tokens`` for its
     details, ``reasoning_content``/``reasoning`` (the extra message field DeepSeek / vLLM /
     Ollama-style servers return), ``model``, ``finish_reason`` (default ``tool_calls`` or
-    ``stop``)."""
+    ``stop``), ``logprobs`` (the entries of the choice's ``logprobs.content``, sent as given;
+    None: ``"logprobs": null``)."""
     return json_reply(200, _completion(text, **options))
 
 
@@ -156,10 +158,17 @@ def completion_stream(text: str | None = None, *, size: int = 4, **options: Any)
     choice = obj["choices"][0]
     message = choice["message"]
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    entries = list(choice["logprobs"]["content"]) if choice["logprobs"] else None
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, take: int | None = None) -> bytes:
+        lp = None
+        if entries is not None and (take is not None or finish is not None):
+            n = len(entries) if take is None else take
+            lp = {"content": entries[:n], "refusal": None}
+            del entries[:n]
         data = {
             **head,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}],
         }
         if usage is not None:
             data["usage"] = None
@@ -168,7 +177,9 @@ def completion_stream(text: str | None = None, *, size: int = 4, **options: Any)
     events = [chunk({"role": "assistant", "content": "" if text else None, "refusal": None})]
     for key in ("reasoning_content", "reasoning"):
         events += [chunk({key: p}) for p in pieces(message.get(key) or "", size)]
-    events += [chunk({"content": p}) for p in pieces(text or "", size)]
+    texts = list(pieces(text or "", size))
+    per = -(-len(entries) // len(texts)) if entries and texts else 0
+    events += [chunk({"content": p}, take=per) for p in texts]
     for index, call in enumerate(message.get("tool_calls") or ()):
         fn = call["function"]
         first = {

@@ -388,4 +388,5 @@ def build_result(spec: RunSpec, st: Replayed, context: Context | None) -> RunRes
         test_edits=tuple(st.ledger.test_edits),
         totals=end.totals if end.totals is not None else st.totals(st.active_s),
         messages=tuple(context.messages()) if context is not None else (),
+        logprobs=tuple(st.logprobs),
     )

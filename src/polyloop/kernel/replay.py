@@ -21,6 +21,7 @@ from ..types import (
     ApprovalDecided,
     ApprovalRequested,
     ApprovedActionStarted,
+    AttemptLogprobs,
     EscalationReport,
     FailureKnown,
     FailureSeen,
@@ -114,6 +115,9 @@ class Replayed:
     ledger: Ledger = field(default_factory=Ledger)
     """The failure ledger, rebuilt by folding the outcomes of the steps (see :mod:`.ledger`)."""
 
+    logprobs: list[AttemptLogprobs] = field(default_factory=list)
+    """The log-probabilities of the model results that carry them, in order (RunResult's)."""
+
     unmeasured: dict[str, str] = field(default_factory=dict)
     """Why a budget cannot be measured, by budget (``"max_tokens"``, ``"max_cost"``): said by
     the first model result it could not count (no usage; no cost and no price)."""
@@ -121,8 +125,12 @@ class Replayed:
     def count_result(self, result: ModelResult, model: str | None = None) -> str | None:
         """Add a model result's usage and cost to the run's totals. ``model``: the name of
         the model that answered. Returns the warning when the result is the first that a
-        budget of the run cannot count (once per budget, see :meth:`end_detail`), else None."""
-        usage = result.reply.usage
+        budget of the run cannot count (once per budget, see :meth:`end_detail`), else None.
+        Its log-probabilities, when the reply has them, are kept for the run's result."""
+        reply = result.reply
+        if reply.logprobs is not None:
+            self.logprobs.append(AttemptLogprobs(result.step_idx, result.attempt, reply.logprobs))
+        usage = reply.usage
         limits = self.limits
         if usage is None:
             self.usage_missing += 1

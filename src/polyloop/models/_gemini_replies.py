@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, Final
 
-from ..types import ModelReply, ToolCall
+from ..types import ModelReply, TokenLogprob, ToolCall
 from ._common import (
     Relay,
     UsageFields,
@@ -21,6 +21,7 @@ from ._common import (
     name_of,
     usage_from,
 )
+from ._logprobs import bounded_list, field, token_logprob
 
 __all__ = ["OWN_ID_PREFIX", "USAGE", "Chunks", "reply"]
 
@@ -51,10 +52,40 @@ _FILTERED: Final = frozenset(
 )
 
 
-def reply(response: Any, where: str, remember: Callable[[str, bytes], None]) -> ModelReply:
+def _candidate(raw: Any, where: str, top: tuple[TokenLogprob, ...] = ()) -> TokenLogprob:
+    return token_logprob(
+        field(raw, "token"), field(raw, "log_probability"), field(raw, "token_id"), where, top
+    )
+
+
+def logprobs_of(result: Any, where: str, asked: int | None) -> tuple[TokenLogprob, ...] | None:
+    """A candidate's ``logprobsResult``: ``chosenCandidates`` (token, tokenId, logProbability)
+    with, at the same position, ``topCandidates[i].candidates`` (at most ``asked`` + 1).
+    None when the candidate has none."""
+    if result is None:
+        return None
+    chosen = bounded_list(field(result, "chosen_candidates") or [], where, "chosenCandidates")
+    tops = bounded_list(field(result, "top_candidates") or [], where, "topCandidates")
+    tokens = []
+    for i, raw in enumerate(chosen):
+        alternatives = field(tops[i], "candidates") if i < len(tops) else None
+        most = (asked or 0) + 1  # the sampled token may be listed besides the top k
+        alternatives = bounded_list(alternatives or [], where, "top candidates", most)
+        top = tuple(_candidate(t, where) for t in alternatives)
+        tokens.append(_candidate(raw, where, top))
+    return tuple(tokens)
+
+
+def reply(
+    response: Any,
+    where: str,
+    remember: Callable[[str, bytes], None],
+    asked: int | None = None,
+) -> ModelReply:
     """Map a ``GenerateContentResponse`` to a ``ModelReply``; a wrong shape is
     ``bad_response``. ``remember`` is given each function call's id and the
-    ``thoughtSignature`` Gemini attached to it, to send back with it."""
+    ``thoughtSignature`` Gemini attached to it, to send back with it. ``asked``: None when
+    log-probabilities were not asked for (not read), else the top candidates asked for."""
     response_id = getattr(response, "response_id", None)
     candidates = getattr(response, "candidates", None)
     if not candidates:
@@ -102,6 +133,9 @@ def reply(response: Any, where: str, remember: Callable[[str, bytes], None]) -> 
         call_id=response_id if isinstance(response_id, str) and response_id else None,
         usage=usage_from(getattr(response, "usage_metadata", None), USAGE),
         model=name_of(getattr(response, "model_version", None)),
+        logprobs=None
+        if asked is None
+        else logprobs_of(getattr(candidate, "logprobs_result", None), where, asked),
     )
 
 
@@ -110,7 +144,7 @@ class Chunks:
     whole: the first candidate's parts in order (each text or thought piece, and each
     function call, relayed to ``on_delta`` as it arrives), its ``finishReason``, the
     ``responseId``, and the ``modelVersion`` and usage of the last chunk that has them (a
-    chunk's usage is the running total)."""
+    chunk's usage is the running total), and each chunk's ``logprobsResult`` lists, joined."""
 
     def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
         self.where = where
@@ -121,6 +155,7 @@ class Chunks:
         self.usage: Any = None
         self.model_version: str | None = None
         self.response_id: str | None = None
+        self.logprobs: tuple[list[Any], list[Any]] | None = None
 
     def add(self, chunk: Any) -> None:
         self.response_id = self.response_id or name_of(getattr(chunk, "response_id", None))
@@ -148,6 +183,11 @@ class Chunks:
         finish_reason = getattr(candidate, "finish_reason", None)
         if finish_reason is not None:
             self.finish = finish_reason
+        result = getattr(candidate, "logprobs_result", None)
+        if result is not None:
+            chosen, top = self.logprobs = self.logprobs or ([], [])
+            chosen += bounded_list(field(result, "chosen_candidates") or [], self.where, "chosen")
+            top += bounded_list(field(result, "top_candidates") or [], self.where, "topCandidates")
 
     def response(self) -> Any:
         """The response; a stream with neither a finish reason nor a blocked prompt was cut
@@ -157,7 +197,13 @@ class Chunks:
             if self.finish is None:
                 raise cut_off(self.where, "a chunk with a finishReason")
             content = SimpleNamespace(parts=self.parts)
-            candidates.append(SimpleNamespace(content=content, finish_reason=self.finish))
+            result = None
+            if self.logprobs is not None:
+                chosen, top = self.logprobs
+                result = SimpleNamespace(chosen_candidates=chosen, top_candidates=top)
+            candidates.append(
+                SimpleNamespace(content=content, finish_reason=self.finish, logprobs_result=result)
+            )
         return SimpleNamespace(
             candidates=candidates,
             prompt_feedback=self.feedback,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ..types import ModelReply, ToolCall, Usage
+from ..types import ModelReply, TokenLogprob, ToolCall, Usage
 from ._common import (
     Relay,
     UsageFields,
@@ -19,6 +19,7 @@ from ._common import (
     name_of,
     usage_from,
 )
+from ._logprobs import MAX_TOKENS, field, tokens_of
 
 __all__ = ["CHAT_USAGE", "RESPONSES_USAGE", "Chunks", "reply"]
 
@@ -74,10 +75,18 @@ def _filtered(finish_reason: object, where: str) -> None:
         raise content_filtered(where, "finish_reason content_filter")
 
 
-def reply(response: Any, where: str) -> ModelReply:
+def _choice_logprobs(choice: Any, where: str, asked: int | None) -> tuple[TokenLogprob, ...] | None:
+    """A choice's ``logprobs.content`` (None: the server sent none)."""
+    content = field(field(choice, "logprobs"), "content")
+    return None if content is None else tokens_of(content, where, asked)
+
+
+def reply(response: Any, where: str, asked: int | None = None) -> ModelReply:
     """Map a chat completion to a ``ModelReply``. The SDK does not validate response bodies
     (it builds models without checks, and returns a ``str``/``list`` for non-object bodies),
-    so every field is checked here; a body of the wrong shape is ``bad_response``."""
+    so every field is checked here; a body of the wrong shape is ``bad_response``.
+    ``asked``: None when log-probabilities were not asked for (they are not read), else the
+    ``top_logprobs`` asked for (0: none)."""
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list) or not choices:
         raise bad_response(where, f"no choices in the response: {clipped(response)}")
@@ -99,6 +108,7 @@ def reply(response: Any, where: str) -> ModelReply:
         call_id=name_of(getattr(response, "id", None)),
         usage=usage_from(getattr(response, "usage", None), CHAT_USAGE),
         model=name_of(getattr(response, "model", None)),
+        logprobs=None if asked is None else _choice_logprobs(choices[0], where, asked),
     )
 
 
@@ -107,10 +117,16 @@ class Chunks:
     completion sent whole gives: the first choice's text, reasoning (one field, the first the
     server streams) and tool calls (by ``index``: the id and name of its first chunk, the
     arguments of all of them concatenated), the response's id and model, the usage of the
-    last chunk that has one. Each piece is relayed to ``on_delta`` as it is added."""
+    last chunk that has one, and, when ``asked`` is not None (see :func:`reply`), the
+    log-probabilities of every chunk's first choice in order. Each piece is relayed to
+    ``on_delta`` as it is added."""
 
-    def __init__(self, where: str, on_delta: Callable[[str, str], None] | None) -> None:
+    def __init__(
+        self, where: str, on_delta: Callable[[str, str], None] | None, asked: int | None = None
+    ) -> None:
         self.where = where
+        self.asked = asked
+        self.logprobs: list[TokenLogprob] | None = None
         self.relay = Relay(on_delta)
         self.id: str | None = None
         self.model: str | None = None
@@ -139,6 +155,8 @@ class Chunks:
             delta = getattr(choice, "delta", None)
             if delta is not None:
                 self._delta(delta)
+            if self.asked is not None:
+                self._logprobs(choice)
             finish_reason = getattr(choice, "finish_reason", None)
             if isinstance(finish_reason, str) and finish_reason:
                 self.finish = finish_reason
@@ -166,6 +184,16 @@ class Chunks:
                 arguments.append(piece)
                 self.relay("tool_call", piece)
 
+    def _logprobs(self, choice: Any) -> None:
+        tokens = _choice_logprobs(choice, self.where, self.asked)
+        if tokens is None:
+            return
+        if self.logprobs is None:
+            self.logprobs = []
+        self.logprobs += tokens
+        if len(self.logprobs) > MAX_TOKENS:
+            raise bad_response(self.where, f"more than {MAX_TOKENS} log-probabilities streamed")
+
     def reply(self) -> ModelReply:
         """The reply; a stream that never gave a ``finish_reason`` was cut off."""
         if self.finish is None:
@@ -184,4 +212,5 @@ class Chunks:
             call_id=self.id,
             usage=self.usage,
             model=self.model,
+            logprobs=None if self.logprobs is None else tuple(self.logprobs),
         )

@@ -269,12 +269,14 @@ class AnthropicModel(Adapter):
         stream: stream each reply (see above).
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
+        logprobs: must stay False: the Messages API returns no log-probabilities, so
+            ``logprobs=True`` is refused (``ConfigError``) rather than ignored.
 
     Raises:
         ImportError: the ``anthropic`` package is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/
-            ``thinking_budget``/``tool_choice``/``stream``, or no API key for a base URL that
-            is not on this machine.
+            ``thinking_budget``/``tool_choice``/``stream``, ``logprobs=True``, or no API key
+            for a base URL that is not on this machine.
         TypeError: ``client`` together with ``base_url`` or ``api_key``.
 
     Use ``async with AnthropicModel(...) as model:`` or call :meth:`aclose` to close the
@@ -298,8 +300,14 @@ class AnthropicModel(Adapter):
         extra_body: Mapping[str, Any] | None = None,
         pricing: Pricing | None = None,
         stream: bool = False,
+        logprobs: bool = False,
     ) -> None:
         name = "AnthropicModel"
+        if logprobs is not False:
+            raise ConfigError(
+                f"AnthropicModel cannot record log-probabilities (logprobs={logprobs!r}): the "
+                "Messages API does not return them; leave logprobs off for Anthropic models"
+            )
         self.pricing = checked_pricing(pricing, name)
         check_model(name, model, "claude-sonnet-4-5")
         check_stream(name, stream)

@@ -78,6 +78,7 @@ from ._errors import (
 from ._gemini_replies import Chunks, reply
 from ._gemini_request import wire_contents, wire_declarations
 from ._http import checked_pricing, redact_url, seconds, transport_kind
+from ._logprobs import check_logprobs
 
 __all__ = ["GeminiModel"]
 
@@ -182,11 +183,16 @@ class GeminiModel(Adapter):
         stream: stream each reply (see above). Off by default.
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
+        logprobs: ask for the log-probability of every sampled token
+            (``responseLogprobs``); the reply's ``logprobs`` holds them (token, token id,
+            logprob, the top candidates), as for ``OpenAIModel(logprobs=True)``. Off by default.
+        top_logprobs: with ``logprobs=True``, how many top candidates per position to ask
+            for (``logprobs``); None leaves it out.
 
     Raises:
         ImportError: ``google-genai`` is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``/
-            ``stream``, or no API key.
+            ``stream``/``logprobs``/``top_logprobs``, or no API key.
 
     Use ``async with GeminiModel(...) as model:`` or call :meth:`aclose`. ``repr()`` never
     shows the key.
@@ -208,8 +214,12 @@ class GeminiModel(Adapter):
         function_calling_mode: str | None = "AUTO",
         pricing: Pricing | None = None,
         stream: bool = False,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
     ) -> None:
         name = "GeminiModel"
+        top = check_logprobs(name, logprobs, top_logprobs)
+        self._logprobs: int | None = (top or 0) if logprobs else None
         self.pricing = checked_pricing(pricing, name)
         check_model(name, model, "gemini-2.5-flash")
         check_stream(name, stream)
@@ -241,6 +251,10 @@ class GeminiModel(Adapter):
             self._config["temperature"] = temperature
         if max_tokens is not None:
             self._config["max_output_tokens"] = max_tokens
+        if logprobs:
+            self._config["response_logprobs"] = True
+            if top is not None:
+                self._config["logprobs"] = top
         if include_thoughts:
             self._config["thinking_config"] = types.ThinkingConfig(include_thoughts=True)
         self._mode = function_calling_mode
@@ -315,7 +329,7 @@ class GeminiModel(Adapter):
                 response = await models.generate_content(
                     model=self._model, contents=wire, config=config
                 )
-            return reply(response, self._where(), self._remember)
+            return reply(response, self._where(), self._remember, self._logprobs)
 
     def _translate(self, exc: Exception) -> ModelCallError | None:
         return _translate(exc, self._errors, self._where(), secret=self._api_key)

@@ -72,6 +72,7 @@ from ._errors import (
     translator,
 )
 from ._http import NO_KEY_PLACEHOLDER, checked_pricing
+from ._logprobs import check_logprobs
 from ._openai_replies import Chunks, reply
 
 if TYPE_CHECKING:
@@ -201,11 +202,21 @@ class OpenAIModel(Adapter):
             once in a warning on the ``polyloop`` logger. Off by default.
         pricing: the model's prices (``polyloop.Pricing``), for ``Limits.max_cost``: the
             kernel prices each attempt's reported usage with it. None: cost counts 0.
+        logprobs: ask for the log-probability of every sampled token (``logprobs: true``;
+            streamed replies too): the reply's ``logprobs`` holds them (``TokenLogprob``:
+            token, logprob, the token id where the server gives one, the top alternatives),
+            and ``RunResult.logprobs`` has them per attempt. A value of the wrong shape (NaN,
+            not a number, more alternatives than asked) fails the attempt as
+            ``bad_response``; a server that sends none gives ``logprobs=None``. Off by
+            default: then nothing is sent and nothing read.
+        top_logprobs: with ``logprobs=True``, how many most likely alternatives to ask for
+            at each position (``top_logprobs``; OpenAI takes 0 to 20); None leaves it out.
 
     Raises:
         ImportError: the ``openai`` package is not installed (one line naming the extra).
         ConfigError: an empty model name, a bad ``timeout_s``/``max_tokens``/``temperature``/
-            ``stream``, or no API key for a base URL that is not on this machine.
+            ``stream``/``logprobs``/``top_logprobs``, or no API key for a base URL that is
+            not on this machine.
         TypeError: ``client`` together with ``base_url`` or ``api_key``.
 
     Use ``async with OpenAIModel(...) as model:`` or call :meth:`aclose` to close the client
@@ -228,8 +239,14 @@ class OpenAIModel(Adapter):
         tool_choice: str | Mapping[str, Any] | None = "auto",
         pricing: Pricing | None = None,
         stream: bool = False,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
     ) -> None:
         owner = type(self).__name__
+        top = check_logprobs(owner, logprobs, top_logprobs)
+        self._logprobs: int | None = (top or 0) if logprobs else None
+        """None: not asked for; else the alternatives asked for (0: none)."""
+        self._top_logprobs = top
         self.pricing = checked_pricing(pricing, owner)
         check_model("OpenAIModel", model, "gpt-4o-mini")
         check_stream("OpenAIModel", stream)
@@ -286,7 +303,7 @@ class OpenAIModel(Adapter):
         body = self._body(request)
         with translating(self._translate):
             if self._stream:
-                chunks = Chunks(self._where(), request.on_delta)
+                chunks = Chunks(self._where(), request.on_delta, self._logprobs)
                 stream = await client.chat.completions.create(
                     **body, stream=True, stream_options={"include_usage": True}
                 )
@@ -295,7 +312,7 @@ class OpenAIModel(Adapter):
                     raise self._stream_refused()
                 return chunks.reply()
             response = await client.chat.completions.create(**body)
-        return reply(response, self._where())
+        return reply(response, self._where(), self._logprobs)
 
     def _stream_refused(self) -> ModelCallError:
         """The server refused to stream (an event stream with no event): from now on this
@@ -346,7 +363,15 @@ class OpenAIModel(Adapter):
             body[max_tokens] = self._max_tokens
         if self._extra_body is not None:
             body["extra_body"] = self._extra_body
+        if self._logprobs is not None:
+            self._ask_logprobs(body)
         return body
+
+    def _ask_logprobs(self, body: dict[str, Any]) -> None:
+        """The request fields that ask for log-probabilities (with ``logprobs=True``)."""
+        body["logprobs"] = True
+        if self._top_logprobs is not None:
+            body["top_logprobs"] = self._top_logprobs
 
 
 def _wire_messages(messages: Sequence[Message]) -> list[Message]:

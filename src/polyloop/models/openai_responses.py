@@ -28,7 +28,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ..types import ConfigError, Message, ModelCallError, ModelReply, ModelRequest, ToolCall
+from ..types import (
+    ConfigError,
+    Message,
+    ModelCallError,
+    ModelReply,
+    ModelRequest,
+    TokenLogprob,
+    ToolCall,
+)
 from ._common import (
     Relay,
     bad_response,
@@ -41,6 +49,7 @@ from ._common import (
     usage_from,
 )
 from ._errors import one_line, translating
+from ._logprobs import field, tokens_of
 from ._openai_replies import RESPONSES_USAGE
 from .openai import OpenAIModel
 
@@ -156,7 +165,13 @@ class OpenAIResponsesModel(OpenAIModel):
                 response = events.response()
             else:
                 response = await client.responses.create(**body)
-        return _reply(response, self._where())
+        return _reply(response, self._where(), self._logprobs)
+
+    def _ask_logprobs(self, body: dict[str, Any]) -> None:
+        """``include`` of ``message.output_text.logprobs``, and ``top_logprobs`` when set."""
+        body["include"] = ["message.output_text.logprobs"]
+        if self._top_logprobs is not None:
+            body["top_logprobs"] = self._top_logprobs
 
     def _responses_body(self, request: ModelRequest) -> dict[str, Any]:
         where = self._where()
@@ -284,9 +299,11 @@ def _function_call_item(call: Any, where: str) -> dict[str, Any]:
 # -- replies -----------------------------------------------------------------------------------
 
 
-def _reply(response: Any, where: str) -> ModelReply:
+def _reply(response: Any, where: str, asked: int | None = None) -> ModelReply:
     """Map a Responses ``response`` object to a ``ModelReply``. The SDK does not validate
-    response bodies, so every field used is checked here; a wrong shape is ``bad_response``."""
+    response bodies, so every field used is checked here; a wrong shape is ``bad_response``.
+    ``asked`` (None: not asked for): the log-probabilities of the ``output_text`` parts, in
+    order, are the reply's (None when no part has any)."""
     output = getattr(response, "output", None)
     if not isinstance(output, list):
         raise bad_response(where, f"no output list in the response: {clipped(response)}")
@@ -305,8 +322,14 @@ def _reply(response: Any, where: str) -> ModelReply:
     texts: list[str] = []
     summaries: list[str] = []
     calls: list[ToolCall] = []
+    logprobs: list[TokenLogprob] | None = None
     for item in output:
         kind = getattr(item, "type", None)
+        if kind == "message" and asked is not None:
+            for part in getattr(item, "content", None) or ():
+                content = field(part, "logprobs")
+                if getattr(part, "type", None) == "output_text" and content is not None:
+                    logprobs = [*(logprobs or ()), *tokens_of(content, where, asked)]
         if kind == "message":
             parts = [
                 part.text if getattr(part, "type", None) == "output_text" else part.refusal
@@ -337,6 +360,7 @@ def _reply(response: Any, where: str) -> ModelReply:
         call_id=name_of(getattr(response, "id", None)),
         usage=usage_from(getattr(response, "usage", None), RESPONSES_USAGE),
         model=name_of(getattr(response, "model", None)),
+        logprobs=None if logprobs is None else tuple(logprobs),
     )
 
 

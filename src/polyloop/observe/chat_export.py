@@ -34,6 +34,7 @@ from polyloop.types import (
     RunTotals,
     StepRecord,
     StepWritten,
+    TokenLogprob,
     Turn,
 )
 
@@ -126,9 +127,10 @@ async def chat_records(
       (:data:`TURN_FIELDS`): ``message_index`` (its index in ``messages``), ``step_idx``,
       ``model`` (the name of the model that answered, None without one), ``wrap_up``, the
       tokens and cost of the step's model calls (summed over its attempts; None when not
-      reported), and ``logprobs``: None until log-probabilities are recorded; then the list
-      of the answering attempt's sampled tokens, ``{"token", "logprob", "token_id",
-      "top_logprobs"}`` each (``token_id`` None where the server returns none).
+      reported), and ``logprobs``: the answering attempt's sampled tokens when its reply
+      carried them (a model built with ``logprobs=True``), ``{"token", "logprob",
+      "token_id", "top_logprobs"}`` each, ``top_logprobs`` a list of ``{"token", "logprob",
+      "token_id"}`` (``token_id`` None where the server returns none); None otherwise.
 
     ``context`` is the context builder the runs were made with (default: a
     ``ChatContextBuilder()``, which ``Loop`` and ``polyloop run`` use unless told otherwise):
@@ -179,10 +181,21 @@ def _conversation(
                     "model": step.model,
                     "wrap_up": step.wrap_up,
                     **{name: spent.get(name) for name in _STEP_USAGE},
-                    "logprobs": None,
+                    "logprobs": logprobs_json(turn.reply.logprobs),
                 }
             )
     return [dict(m) for m in ctx.messages()], turns
+
+
+def logprobs_json(tokens: tuple[TokenLogprob, ...] | None) -> list[dict[str, Any]] | None:
+    """A reply's log-probabilities as a turn's ``logprobs`` (None when it has none)."""
+    if tokens is None:
+        return None
+
+    def one(t: TokenLogprob) -> dict[str, Any]:
+        return {"token": t.token, "logprob": t.logprob, "token_id": t.token_id}
+
+    return [{**one(t), "top_logprobs": [one(a) for a in t.top]} for t in tokens]
 
 
 class _Walk:

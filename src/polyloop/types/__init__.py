@@ -55,6 +55,7 @@ from ._model_io import (
     Message,
     ModelReply,
     ModelRequest,
+    TokenLogprob,
     ToolCall,
     ToolSpec,
     raw_response_of,
@@ -97,7 +98,7 @@ from ._report import (
     detect_pattern,
 )
 from ._requests import EndRequest, RequestHappened, RequestKind, RequestResult
-from ._runs import Lease, RunResult, RunSpec, Turn
+from ._runs import AttemptLogprobs, Lease, RunResult, RunSpec, Turn
 from ._step import STEP_SCHEMA_VERSION, StepRecord
 from ._templates import DEFAULT_TEMPLATES, Templates
 from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
@@ -123,6 +124,7 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalRequired",
     "ApprovedActionStarted",
+    "AttemptLogprobs",
     "Complete",
     "CompletionKind",
     "ConfigError",
@@ -197,6 +199,7 @@ __all__ = [
     "StopReason",
     "Templates",
     "TestEdit",
+    "TokenLogprob",
     "ToolCall",
     "ToolContext",
     "ToolSpec",

@@ -3,6 +3,7 @@ its tool calls), and the decision an interpreter reads from it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -20,6 +21,7 @@ __all__ = [
     "Message",
     "ModelReply",
     "ModelRequest",
+    "TokenLogprob",
     "ToolCall",
     "ToolSpec",
     "raw_response_of",
@@ -67,6 +69,38 @@ class ToolCall:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One sampled token of a reply with its log-probability (natural log, <= 0 up to
+    rounding), as the server reported it: ``token`` its text as the server spelled it (vLLM's
+    ``return_tokens_as_token_ids`` spells it ``"token_id:123"``), ``token_id`` the tokenizer's
+    id when the server gave one (None: not given; never guessed), ``top`` the most likely
+    tokens at this position (each a ``TokenLogprob`` whose own ``top`` is empty), in the
+    server's order, which may include the sampled token itself. A field of the wrong type
+    (or a logprob that is not a finite number) raises ``MalformedValue``."""
+
+    token: str
+    logprob: float
+    token_id: int | None = None
+    top: tuple[TokenLogprob, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.token, str):
+            raise _bad("TokenLogprob.token", "a str", self.token)
+        lp = self.logprob
+        if isinstance(lp, bool) or not isinstance(lp, int | float) or not math.isfinite(lp):
+            raise _bad("TokenLogprob.logprob", "a finite number", lp)
+        i = self.token_id
+        if i is not None and (isinstance(i, bool) or not isinstance(i, int)):
+            raise _bad("TokenLogprob.token_id", "an int or None", i)
+        if type(self.top) is not tuple:
+            raise _bad("TokenLogprob.top", "a tuple of TokenLogprob", self.top)
+        for alt in self.top:
+            if not isinstance(alt, TokenLogprob):
+                raise _bad("each of TokenLogprob.top", "a TokenLogprob", alt)
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     """What the kernel hands the model for one call.
 
@@ -96,12 +130,15 @@ class ModelRequest:
 @dataclass(frozen=True, slots=True)
 class ModelReply:
     """One model reply: visible ``text``, optional ``reasoning``, native ``tool_calls``, the
-    provider's ``call_id`` (None or "" when it gave none: PolyLoop then uses its intent id),
-    ``usage`` (None when the provider did not report it) and ``model``, the name of the model
-    that answered as the provider reported it (e.g. a dated snapshot of the model asked for;
-    None when not reported). ``tool_calls`` may be given as
-    any sequence of :class:`ToolCall` (it is kept as a tuple); a field of the wrong type raises
-    ``MalformedValue`` here (inside ``Model.complete``, that makes the call a failed one)."""
+        provider's ``call_id`` (None or "" when it gave none: PolyLoop then uses its intent id),
+        ``usage`` (None when the provider did not report it) and ``model``, the name of the model
+        that answered as the provider reported it (e.g. a dated snapshot of the model asked for;
+        None when not reported), ``logprobs`` the sampled tokens of the reply with their
+    log-probabilities, in order, when the model was asked for them (``OpenAIModel(logprobs=True)``)
+    and the server sent them (None: not asked, or none sent; ``()``: asked and the server sent
+    an empty list). ``tool_calls`` may be given as
+        any sequence of :class:`ToolCall` (it is kept as a tuple); a field of the wrong type raises
+        ``MalformedValue`` here (inside ``Model.complete``, that makes the call a failed one)."""
 
     text: str = ""
     reasoning: str | None = None
@@ -109,6 +146,7 @@ class ModelReply:
     call_id: str | None = None
     usage: Usage | None = None
     model: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     def __post_init__(self) -> None:
         # Straight-line checks: a reply is built every step.
@@ -122,6 +160,8 @@ class ModelReply:
             raise _bad("ModelReply.usage", "a Usage or None", self.usage)
         if self.model is not None and not isinstance(self.model, str):
             raise _bad("ModelReply.model", "a str or None", self.model)
+        if self.logprobs is not None:
+            _check_logprobs(self.logprobs)
         calls = self.tool_calls
         if type(calls) is not tuple:
             if isinstance(calls, str | bytes | Mapping):
@@ -134,6 +174,14 @@ class ModelReply:
         for call in calls:
             if not isinstance(call, ToolCall):
                 raise _bad("each of ModelReply.tool_calls", "a ToolCall", call)
+
+
+def _check_logprobs(logprobs: object) -> None:
+    if type(logprobs) is not tuple:
+        raise _bad("ModelReply.logprobs", "a tuple of TokenLogprob or None", logprobs)
+    for lp in logprobs:
+        if not isinstance(lp, TokenLogprob):
+            raise _bad("each of ModelReply.logprobs", "a TokenLogprob", lp)
 
 
 def raw_response_of(reply: ModelReply) -> str:

@@ -12,14 +12,14 @@ from ._enums import StopReason
 from ._fast import fast_init
 from ._ledger import TestEdit
 from ._limits import Limits
-from ._model_io import Message, ModelReply
+from ._model_io import Message, ModelReply, TokenLogprob
 from ._records import PendingAction, RunTotals
 from ._report import EscalationReport
 from ._requests import EndRequest
 from ._step import StepRecord
 from ._usage import Usage
 
-__all__ = ["Lease", "RunResult", "RunSpec", "Turn"]
+__all__ = ["AttemptLogprobs", "Lease", "RunResult", "RunSpec", "Turn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,16 @@ class Lease:
     owner: str
     expires_at: float
     request: EndRequest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLogprobs:
+    """The log-probabilities of one model call attempt's reply (``ModelReply.logprobs``):
+    the attempt ``attempt`` (from 1, as in ``model_calls``) of step ``step_idx``."""
+
+    step_idx: int
+    attempt: int
+    tokens: tuple[TokenLogprob, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +98,9 @@ class RunResult:
     order: a run that completed after one may have weakened its tests instead of fixing."""
     messages: tuple[Message, ...] = field(default=(), repr=False)
     """The conversation as the model last saw it (plus the final reply), for the next phase."""
+    logprobs: tuple[AttemptLogprobs, ...] = field(default=(), repr=False)
+    """The log-probabilities of every attempt whose reply carried them (a model built with
+    ``logprobs=True``), in the order the attempts were made; empty when none did."""
 
 
 @fast_init
