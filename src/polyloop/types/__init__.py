@@ -1,222 +1,82 @@
-"""PolyLoop's value types: no I/O, no imports from the rest of PolyLoop (layout.md rule 1)."""
+"""PolyLoop's value types: no I/O, no imports from the rest of PolyLoop (layout.md rule 1).
 
-from ._canonical import canonical_json
+Each name is listed once, in the ``__all__`` of the module that defines it, which this package
+re-exports; of four modules it takes only the names the rest of PolyLoop uses."""
+
+# ruff: noqa: F403
+from . import (
+    _canonical,
+    _enums,
+    _errors,
+    _events,
+    _fast,
+    _guards,
+    _ledger,
+    _limits,
+    _model_io,
+    _nesting,
+    _records,
+    _records_json,
+    _report,
+    _requests,
+    _runs,
+    _step,
+    _templates,
+    _text,
+    _tool_context,
+    _values,
+)
+from ._canonical import *
 from ._checks import check_number
-from ._enums import ActionStatus, ReplayPolicy, StopReason
-from ._errors import (
-    AlreadyDecided,
-    ApprovalRequired,
-    ConfigError,
-    EnvironmentFailure,
-    Escalate,
-    JournalError,
-    LeaseLost,
-    MalformedValue,
-    ModelCallError,
-    NotAwaitingApproval,
-    OutcomeUnknown,
-    PolyLoopError,
-    RunDetached,
-    RunExists,
-    RunLeased,
-    RunNotFound,
-)
-from ._events import (
-    ActionFinished,
-    ActionStarted,
-    Event,
-    ModelCallFinished,
-    ModelCallStarted,
-    ModelDelta,
-    Observer,
-    RunEnded,
-    RunStarted,
-    StepAppended,
-)
+from ._enums import *
+from ._errors import *
+from ._events import *
 from ._extras import import_extra
-from ._fast import fast_init
-from ._guards import (
-    Complete,
-    CompletionKind,
-    GuardCheck,
-    GuardContext,
-    GuardVerdict,
-    RunEndGuard,
-    Steer,
-    Verdict,
-)
-from ._ledger import FailureKnown, FailureSeen, TestEdit
-from ._limits import Limits, RetryPolicy
-from ._model_io import (
-    Action,
-    Decision,
-    FinalAnswer,
-    InvalidDecision,
-    Message,
-    ModelReply,
-    ModelRequest,
-    ToolCall,
-    ToolSpec,
-    raw_response_of,
-)
-from ._nesting import (
-    MAX_NESTING,
-    NestedTooDeeply,
-    json_text,
-    nested_deeper,
-    text_nested_deeper,
-)
-from ._records import (
-    ActionIntent,
-    ActionResult,
-    ActionUnknown,
-    ApprovalDecided,
-    ApprovalRequested,
-    ApprovedActionStarted,
-    ErrorInfo,
-    LimitsChanged,
-    ModelAttemptFailed,
-    ModelFailure,
-    ModelIntent,
-    ModelResult,
-    PendingAction,
-    Record,
-    RunEnd,
-    RunTotals,
-    StepWritten,
-)
+from ._fast import *
+from ._guards import *
+from ._ledger import *
+from ._limits import *
+from ._model_io import *
+from ._nesting import *
+from ._records import *
 from ._records_form import record_from_dict, record_to_dict
-from ._records_json import record_json
-from ._report import (
-    Conflict,
-    EscalationReport,
-    FingerprintEntry,
-    KnownEntry,
-    ReportHook,
-    RoundEntry,
-    detect_pattern,
-)
-from ._requests import EndRequest, RequestHappened, RequestKind, RequestResult
-from ._runs import Lease, RunResult, RunSpec, Turn
-from ._step import STEP_SCHEMA_VERSION, StepRecord
-from ._templates import DEFAULT_TEMPLATES, Templates
-from ._text import REPLACEMENT, clean_json, clean_text, first_invalid
-from ._tool_context import ToolContext
+from ._records_json import *
+from ._report import *
+from ._requests import *
+from ._runs import *
+from ._step import *
+from ._templates import *
+from ._text import *
+from ._tool_context import *
 from ._usage import Pricing, Usage, usage_refusal
-from ._values import TAMPERING_SIGNS, Escalation, Failure, FileEdit, Outcome
+from ._values import *
 
 __all__ = [
-    "DEFAULT_TEMPLATES",
-    "MAX_NESTING",
-    "REPLACEMENT",
-    "STEP_SCHEMA_VERSION",
-    "TAMPERING_SIGNS",
-    "Action",
-    "ActionFinished",
-    "ActionIntent",
-    "ActionResult",
-    "ActionStarted",
-    "ActionStatus",
-    "ActionUnknown",
-    "AlreadyDecided",
-    "ApprovalDecided",
-    "ApprovalRequested",
-    "ApprovalRequired",
-    "ApprovedActionStarted",
-    "Complete",
-    "CompletionKind",
-    "ConfigError",
-    "Conflict",
-    "Decision",
-    "EndRequest",
-    "EnvironmentFailure",
-    "ErrorInfo",
-    "Escalate",
-    "Escalation",
-    "EscalationReport",
-    "Event",
-    "Failure",
-    "FailureKnown",
-    "FailureSeen",
-    "FileEdit",
-    "FinalAnswer",
-    "FingerprintEntry",
-    "GuardCheck",
-    "GuardContext",
-    "GuardVerdict",
-    "InvalidDecision",
-    "JournalError",
-    "KnownEntry",
-    "Lease",
-    "LeaseLost",
-    "Limits",
-    "LimitsChanged",
-    "MalformedValue",
-    "Message",
-    "ModelAttemptFailed",
-    "ModelCallError",
-    "ModelCallFinished",
-    "ModelCallStarted",
-    "ModelDelta",
-    "ModelFailure",
-    "ModelIntent",
-    "ModelReply",
-    "ModelRequest",
-    "ModelResult",
-    "NestedTooDeeply",
-    "NotAwaitingApproval",
-    "Observer",
-    "Outcome",
-    "OutcomeUnknown",
-    "PendingAction",
-    "PolyLoopError",
     "Pricing",
-    "Record",
-    "ReplayPolicy",
-    "ReportHook",
-    "RequestHappened",
-    "RequestKind",
-    "RequestResult",
-    "RetryPolicy",
-    "RoundEntry",
-    "RunDetached",
-    "RunEnd",
-    "RunEndGuard",
-    "RunEnded",
-    "RunExists",
-    "RunLeased",
-    "RunNotFound",
-    "RunResult",
-    "RunSpec",
-    "RunStarted",
-    "RunTotals",
-    "Steer",
-    "StepAppended",
-    "StepRecord",
-    "StepWritten",
-    "StopReason",
-    "Templates",
-    "TestEdit",
-    "ToolCall",
-    "ToolContext",
-    "ToolSpec",
-    "Turn",
     "Usage",
-    "Verdict",
-    "canonical_json",
     "check_number",
-    "clean_json",
-    "clean_text",
-    "detect_pattern",
-    "fast_init",
-    "first_invalid",
     "import_extra",
-    "json_text",
-    "nested_deeper",
-    "raw_response_of",
     "record_from_dict",
-    "record_json",
     "record_to_dict",
-    "text_nested_deeper",
     "usage_refusal",
 ]
+__all__ += _canonical.__all__
+__all__ += _enums.__all__
+__all__ += _errors.__all__
+__all__ += _events.__all__
+__all__ += _fast.__all__
+__all__ += _guards.__all__
+__all__ += _ledger.__all__
+__all__ += _limits.__all__
+__all__ += _model_io.__all__
+__all__ += _nesting.__all__
+__all__ += _records.__all__
+__all__ += _records_json.__all__
+__all__ += _report.__all__
+__all__ += _requests.__all__
+__all__ += _runs.__all__
+__all__ += _step.__all__
+__all__ += _templates.__all__
+__all__ += _text.__all__
+__all__ += _tool_context.__all__
+__all__ += _values.__all__
