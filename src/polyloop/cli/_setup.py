@@ -422,9 +422,7 @@ def check_timeout(timeout_s: float) -> float:
 
 
 def model_overrides(*, base_url: str | None, timeout_s: float | None) -> dict[str, Any]:
-    """The model options ``resume`` was given (none given: ``{}``). They apply to that
-    execution only: the run keeps the options it was started with, and a later ``resume``
-    without them uses those again."""
+    """The model options ``resume`` was given (none given: ``{}``), for that execution only."""
     overrides: dict[str, Any] = {}
     if base_url is not None:
         overrides["base_url"] = base_url

@@ -76,6 +76,10 @@ def _call(thought: str, name: str, **arguments: object) -> ModelReply:
     return ModelReply(text=thought, tool_calls=(ToolCall(name, dict(arguments)),))
 
 
+def _edit(thought: str, old: str, new: str) -> ModelReply:
+    return _call(thought, "edit_file", path="shop/orders.py", old=old, new=new)
+
+
 # Two wrong fixes: A restocks but lets a shipped order be cancelled; B refuses shipped
 # orders but forgets to restock. Each makes the other's test fail.
 _FIX_A = """        order = self.orders[order_id]
@@ -90,38 +94,20 @@ _FIX_B = """        order = self.orders[order_id]
 
 OSCILLATING: list[ModelReply] = [
     _call("Read the service first.", "read_file", path="shop/orders.py"),
-    _call("Cancelling must restock.", "edit_file", path="shop/orders.py", old=_BUGGY, new=_FIX_A),
+    _edit("Cancelling must restock.", _BUGGY, _FIX_A),
     _call("Run the tests.", "run_tests"),
-    _call(
-        "A shipped order must be refused instead.",
-        "edit_file",
-        path="shop/orders.py",
-        old=_FIX_A,
-        new=_FIX_B,
-    ),
+    _edit("A shipped order must be refused instead.", _FIX_A, _FIX_B),
     _call("Run the tests.", "run_tests"),
-    _call(
-        "Restocking was right after all.",
-        "edit_file",
-        path="shop/orders.py",
-        old=_FIX_B,
-        new=_FIX_A,
-    ),
+    _edit("Restocking was right after all.", _FIX_B, _FIX_A),
     _call("Run the tests.", "run_tests"),
-    _call("Try the other way again.", "edit_file", path="shop/orders.py", old=_FIX_A, new=_FIX_B),
+    _edit("Try the other way again.", _FIX_A, _FIX_B),
 ]
 
 SCRIPT: list[ModelReply] = [
     _call("Let me see what is in the workspace.", "list_files", path="."),
     _call("The bug report is about cancel_order; read it.", "read_file", path="shop/orders.py"),
     _call("Run the tests to see the failure.", "run_tests"),
-    _call(
-        "cancel_order neither checks the status nor restocks. Fix both.",
-        "edit_file",
-        path="shop/orders.py",
-        old=_BUGGY,
-        new=_FIXED,
-    ),
+    _edit("cancel_order neither checks the status nor restocks. Fix both.", _BUGGY, _FIXED),
     _call("Run the tests again.", "run_tests"),
     _call(
         "All tests pass.",

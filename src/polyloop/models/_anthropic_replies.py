@@ -37,8 +37,7 @@ USAGE: Final = UsageFields(
 
 def reply(response: Any, where: str) -> tuple[ModelReply, list[dict[str, Any]]]:
     """Map a message to a ``ModelReply``, and the thinking blocks to send back with its tool
-    calls. The SDK does not validate response bodies, so every field used is checked here;
-    a body of the wrong shape is ``bad_response``."""
+    calls (checked as the module docstring says)."""
     content = getattr(response, "content", None)
     if not isinstance(content, list):
         raise bad_response(where, f"no content blocks in the response: {clipped(response)}")

@@ -30,7 +30,9 @@ class StepRecord:
     The field names are a public data format (the ``steps`` table has a column per field);
     they never change. What each kind of step holds (model failure, invalid decision, final
     answer, steered final answer, not executed, executed, env error) is the table in
-    kernel.md §7; the contract tests assert every row of it.
+    kernel.md §7; the contract tests assert every row of it. The fields after
+    ``schema_version`` were added to schema 1.0 with their defaults, a compatible change: a
+    record written without one reads as its default.
 
     Invariants checked here: counts are >= 0; ``llm_call_id`` is None or non-empty (never "");
     ``schema_version`` has major version 1.
@@ -75,28 +77,24 @@ class StepRecord:
     """Version of this record's format; a reader meeting an unknown major fails loudly."""
     replaced_chars: int = 0
     """Code points of text that entered PolyLoop in this step that were not valid Unicode
-    (lone surrogates), each replaced with U+FFFD; 0 if none. Added to schema 1.0 with this
-    default, a compatible change (a record written without it reads as 0). Counted wherever
-    the kernel received text: the model reply, the decision, the outcome, guard feedback and
-    error messages; a bad code point that reaches two of them (a tool argument and the action
-    text built from it) counts in each."""
+    (lone surrogates), each replaced with U+FFFD; 0 if none. Counted wherever the kernel
+    received text: the model reply, the decision, the outcome, guard feedback and error
+    messages; a bad code point that reaches two of them (a tool argument and the action text
+    built from it) counts in each."""
     model: str | None = None
     """The ``name`` of the model whose reply this step holds: the one of a ``FallbackModel``'s
     models that answered, or the adapter's name (``"openai:gpt-4o-mini"``); None on a
     model-failure step and for a model without a name. The provider's own name for the model
-    that answered is in the journal's ``model_calls.response_model``. Added to schema 1.0 with
-    this default, a compatible change (a record written without it reads as None)."""
+    that answered is in the journal's ``model_calls.response_model``."""
     wrap_up: bool = False
     """The step of the one extra model call ``Loop(wrap_up=True)`` makes when a budget ends
     the run: tools withheld, the model asked for its best final answer (``WHERE wrap_up = 1``
-    finds them; the run's stop reason stays the budget's). Added to schema 1.0 with this
-    default, a compatible change (a record written without it reads as False)."""
+    finds them; the run's stop reason stays the budget's)."""
     outcome_unknown: str | None = None
     """``"replayed"`` or ``"reconciled"`` on the step of an action whose live execution
     reported its outcome unknown (the tool raised ``OutcomeUnknown``): the path that gave the
     step its outcome (executed again with the same ``op_id``, or the environment's reconcile
-    answer); None otherwise. Added to schema 1.0 with this default, a compatible change (a
-    record written without it reads as None)."""
+    answer); None otherwise."""
 
     def __post_init__(self) -> None:
         # Straight-line checks (no loops over names, no getattr): every step passes here.

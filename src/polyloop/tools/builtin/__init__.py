@@ -15,17 +15,10 @@ workspace root (tools.md, "General tools"). Optional: the kernel never imports t
     )
     loop = polyloop.Loop(model, tools=tools)
 
-Paths are confined to the root (``..``, absolute paths and symlinks that lead out are refused
-as ``not_executed``); ``writable_paths`` narrows where writes go; the shell has a timeout, an
-output cap and a command policy. Every model-visible string is in :class:`BuiltinTexts`.
-
+What the tools confine and what they report (paths, writes, the shell's changes, test edits
+and failures): :func:`workspace_tools`. Every model-visible string is in :class:`BuiltinTexts`;
 ``extract_failures(output)`` reads a pytest or unittest report into a :class:`TestReport` of
-:class:`~polyloop.types.Failure` values; the shell tool uses it to set ``Outcome.failures`` on
-a test run that exits non-zero (the failure guard counts the first one's fingerprint).
-``write_file`` and ``edit_file`` report their edits in ``Outcome.edits``, and flag the edits
-of test files (``test_paths``, default :data:`DEFAULT_TEST_PATHS`); ``shell`` reports the test
-files a command changed the same way, and, with ``writable_paths``, the files it changed
-outside them (it cannot be prevented from writing them: they are reported, not undone).
+:class:`~polyloop.types.Failure` values (:mod:`._test_reports` lists what it recognises).
 """
 
 from ._policy import Approver, CommandPolicy, PolicyDecision, Rule, Verdict

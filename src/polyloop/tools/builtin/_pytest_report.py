@@ -1,6 +1,4 @@
-"""The pytest reader of :func:`~._test_reports.extract_failures`: every report style (``-q``,
-``-v``, each ``--tb``), the ``FAILURES`` and ``ERRORS`` sections, the short test summary, the
-verbose progress lines and the final counts line."""
+"""The pytest reader of :func:`~._test_reports.extract_failures`, for every style it lists."""
 
 from __future__ import annotations
 

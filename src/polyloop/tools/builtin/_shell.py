@@ -19,9 +19,7 @@ Nothing can clean up after the supervisor itself is killed with SIGKILL. Startin
 Python start-up (about 10-20 ms) per command. Everything runs on the event loop with asyncio
 subprocesses; nothing blocks it.
 
-Output is decoded as UTF-8 (invalid bytes become U+FFFD). Of output longer than the cap, the
-first half and the last half are kept (the end of a build or a test run says the most) and
-the characters in between are counted.
+Output is decoded as UTF-8 (invalid bytes become U+FFFD) and capped as :mod:`.._output` says.
 """
 
 from __future__ import annotations

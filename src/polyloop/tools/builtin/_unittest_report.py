@@ -1,6 +1,4 @@
-"""The unittest reader of :func:`~._test_reports.extract_failures`: the ``FAIL: name (id)`` /
-``ERROR: name (id)`` blocks with their tracebacks (subtests and docstrings included),
-``Ran N tests in …`` and ``OK`` / ``FAILED (…)``."""
+"""The unittest reader of :func:`~._test_reports.extract_failures`, for the blocks it lists."""
 
 from __future__ import annotations
 

@@ -25,19 +25,12 @@ taken from the servers' own annotations (extra ``polyloop[mcp]``, on the officia
   The policy recorded in an action's intent is the one in force when it was written.
 * **Approval**: ``register(approval=[...])`` makes the named tools wait for a person's decision
   (the run parks); :func:`approval_from_annotations` is True for a tool not marked read-only.
-* **The op_id** reaches the server in ``params._meta["polyloop/op_id"]``
-  (:data:`OP_ID_META_KEY`), the same on a replay after a crash.
 * **Results**: text blocks are the observation; structured content is kept as canonical
   JSON; images, audio and binary resources are one summary line each (type, size, URI) and
-  saved under ``store_dir`` if given; ``isError: true`` is an executed failure the model sees.
-  Of an answer longer than ``max_output_chars`` (default 20,000, as the workspace tools), the
-  first and last halves are kept and the cut is counted in ``Outcome.truncated_chars``.
-* **Failures** (see :class:`MCPServer`): a call that never reached the server is
-  ``not_executed``; one that reached it and got no answer (the server died, the connection
-  broke, ``timeout_s`` passed) is an executed failure, since it may have acted; a stdio server
-  that died and cannot be started again is ``env_error``.
-* **Cancellation**: the kernel gives an in-flight call its grace period; then the call is
-  cancelled and the server gets ``notifications/cancelled`` for it.
+  saved under ``store_dir`` if given; ``isError: true`` is an executed failure the model sees;
+  a long answer is cut to ``max_output_chars``.
+* **Calls**: the ``op_id`` the server receives (the same on a replay after a crash), what a
+  failure or a cancellation leaves: see :class:`MCPServer`.
 * **Resume** lists the tools again: register them from the servers before ``Loop.resume``; a
   tool that vanished is treated like a Python tool that vanished (a ``never`` action of it
   ends ``resume_state_unknown``).

@@ -83,8 +83,8 @@ class MCPServer:
 
     Make one with :meth:`stdio`, :meth:`http` or :meth:`from_spec`. A call:
 
-    * carries the action's ``op_id`` in ``params._meta["polyloop/op_id"]``
-      (:data:`OP_ID_META_KEY`);
+    * carries the action's ``op_id`` (the same on a replay after a crash) in
+      ``params._meta["polyloop/op_id"]`` (:data:`OP_ID_META_KEY`);
     * returns the server's result as the observation (see ``result_outcome``); ``isError``
       is an executed failure the model sees;
     * finds a stdio server that died since the last call and starts it again, once: if that
