@@ -6,8 +6,8 @@
 Per size, a SQLite journal of that many runs made through the real ``Loop`` (three steps each:
 two tool calls with a 2,000-character observation, then an answer), then ``polyloop export``
 in a child process, its output to a file: ``--format chat`` (one record per run, written as the
-run is read), ``chat-parquet`` (row groups of 64 runs) and, for comparison, ``jsonl`` (the step
-export, which gathers every row before writing). Measured: the child's peak resident set
+run is read), ``chat-parquet`` (row groups of 64 runs) and ``jsonl`` (the step export, one line
+per step, written as its run is read); every format lists the runs 500 at a time. Measured: the child's peak resident set
 (``ru_maxrss`` from ``wait4``) and the output's size. Prints a Markdown table and writes it to
 ``bench/results/chat_export_memory.md``.
 """
