@@ -6,9 +6,11 @@
 Per size, a SQLite journal of that many runs made through the real ``Loop`` (three steps each:
 two tool calls with a 2,000-character observation, then an answer), then ``polyloop export``
 in a child process, its output to a file: ``--format chat`` (one record per run, written as the
-run is read), ``chat-parquet`` (row groups of 64 runs) and, for comparison, ``jsonl`` (the step
-export, which gathers every row before writing). Measured: the child's peak resident set
-(``ru_maxrss`` from ``wait4``) and the output's size. Prints a Markdown table and writes it to
+run is read), ``chat-parquet`` (row groups of 64 runs) and ``jsonl`` (the step export, one line
+per step, written as its run is read); every format lists the runs 500 at a time. Measured:
+the child's peak resident set (``ru_maxrss`` from ``wait4``) and the output's size. The
+journal is filled in a child process of its own: a child forked from a parent grown by the
+filling would report the parent's size. Prints a Markdown table and writes it to
 ``bench/results/chat_export_memory.md``.
 """
 
@@ -69,7 +71,11 @@ def peak_rss_mb(args: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[1_000, 10_000])
+    parser.add_argument("--fill", type=Path, help=argparse.SUPPRESS)  # the filling child
     opts = parser.parse_args()
+    if opts.fill is not None:
+        asyncio.run(fill(opts.fill, opts.runs[0]))
+        return
     lines = [
         "| runs | format | peak RSS (MB) | output (MB) |",
         "|---:|---|---:|---:|",
@@ -77,7 +83,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for runs in opts.runs:
             path = Path(tmp) / f"j{runs}.db"
-            asyncio.run(fill(path, runs))
+            filler = [sys.executable, "-m", "bench.chat_export_memory", "--fill", str(path)]
+            subprocess.run([*filler, "--runs", str(runs)], check=True)
             for fmt in ("chat", "chat-parquet", "jsonl"):
                 out = Path(tmp) / f"out-{runs}.{fmt}"
                 rss = peak_rss_mb(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -151,22 +151,35 @@ def export(
         _export_chat(journal, output, redact, parquet=fmt == "chat-parquet")
         return
 
-    async def go() -> list[dict[str, Any]]:
-        async with open_reader(journal) as j:
-            rows = []
-            for run_row in await j.journal.list_runs():
-                run_id = run_row["run_id"]
-                usage = await j.journal.step_usage(run_id)
-                for step in await j.journal.steps(run_id):
-                    row = _render.export_row(run_row, step, usage.get(step.step_idx), redact=redact)
-                    rows.append(row)
-            return rows
+    if fmt == "parquet":
+        _needs_pyarrow("parquet export")
+    from polyloop.observe.chat_export import listed_runs
 
-    rows = call(go)
+    async def go() -> int:
+        async with open_reader(journal) as j:
+
+            async def rows() -> AsyncIterator[dict[str, Any]]:
+                async for run_row in listed_runs(j.journal):
+                    run_id = run_row["run_id"]
+                    usage = await j.journal.step_usage(run_id)
+                    for step in await j.journal.steps(run_id):
+                        yield _render.export_row(
+                            run_row, step, usage.get(step.step_idx), redact=redact
+                        )
+
+            with _written(output, binary=fmt == "parquet") as out:
+                return await _render.write_export(rows(), fmt, out)
+
+    n = call(go)
+    if output is not None:
+        print(f"wrote {n} steps to {output}", file=sys.stderr)
+
+
+def _needs_pyarrow(what: str) -> None:
     try:
-        _render.write_export(rows, fmt, output)
-    except (BadInput, OSError) as exc:
-        raise fail(str(exc)) from None
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise fail(f"{what} needs pyarrow: pip install 'polyloop[parquet]'") from None
 
 
 def _export_chat(journal: str | None, output: Path | None, redact: bool, *, parquet: bool) -> None:
@@ -176,12 +189,7 @@ def _export_chat(journal: str | None, output: Path | None, redact: bool, *, parq
     from polyloop.observe.chat_export import chat_records
 
     if parquet:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise fail(
-                "chat-parquet export needs pyarrow: pip install 'polyloop[parquet]'"
-            ) from None
+        _needs_pyarrow("chat-parquet export")
 
     async def go() -> int:
         async with open_reader(journal) as j:

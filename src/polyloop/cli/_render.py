@@ -6,9 +6,9 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -446,27 +446,65 @@ def export_row(
     return row
 
 
-def write_export(rows: list[dict[str, Any]], fmt: str, output: Path | None) -> None:
-    from ._badinput import BadInput
+STEP_ROWS_PER_GROUP = 4096
+"""Steps per Parquet row group of the step export: what is held before it is written."""
 
-    if fmt == "parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise BadInput(
-                "parquet export needs pyarrow: pip install 'polyloop[parquet]'"
-            ) from None
-        assert output is not None
-        pq.write_table(pa.Table.from_pylist(rows), output)
-        print(f"wrote {len(rows)} steps to {output}", file=sys.stderr)
-        return
-    lines = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    if output is None:
-        sys.stdout.write(lines)
-    else:
-        output.write_text(lines, encoding="utf-8")
-        print(f"wrote {len(rows)} steps to {output}", file=sys.stderr)
+_RUN_KINDS = {"created_at": "float", "run_cost_usd": "float", "active_seconds": "float"}
+_RUN_KINDS |= {"tokens_used": "int", "usage_missing": "int", "cost_usd": "float"}
+
+
+def _step_schema(names: Sequence[str]) -> Any:
+    """The Parquet schema of the step export's columns ``names``: each column's type from the
+    step record's field, the run total or the usage field it holds (text otherwise), so every
+    row group has the same."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    kinds = {f.name: str(f.type).split(" |")[0] for f in dataclasses.fields(StepRecord)}
+    kinds |= _RUN_KINDS | {name: "int" for name in STEP_USAGE_FIELDS if name != "cost_usd"}
+    types = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+    return pa.schema([(name, types.get(kinds.get(name, ""), pa.string())) for name in names])
+
+
+async def write_export(rows: AsyncIterable[dict[str, Any]], fmt: str, out: IO[Any]) -> int:
+    """Write the step export's ``rows`` to ``out`` as they come: JSON Lines (sorted keys), or
+    Parquet (``out`` binary) in row groups of :data:`STEP_ROWS_PER_GROUP` steps. Returns the
+    number of steps. After a failure the file may be partly written."""
+    if fmt != "parquet":
+        n = 0
+        async for r in rows:
+            out.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+            n += 1
+        return n
+    writer: Any = None
+    batch: list[dict[str, Any]] = []
+    n = 0
+    try:
+        async for r in rows:
+            batch.append(r)
+            n += 1
+            if len(batch) == STEP_ROWS_PER_GROUP:
+                writer = _group(writer, batch, out)
+                batch = []
+        if batch or writer is None:
+            writer = _group(writer, batch, out)
+    finally:
+        if writer is not None:
+            writer.close()
+    return n
+
+
+def _group(writer: Any, batch: list[dict[str, Any]], out: IO[Any]) -> Any:
+    """``batch`` written as one row group (the writer opened on the first, its schema from
+    the first row's columns); returns the writer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if writer is None:
+        writer = pq.ParquetWriter(out, _step_schema(list(batch[0]) if batch else []))
+    writer.write_table(pa.Table.from_pylist(batch, schema=writer.schema))
+    return writer
 
 
 def _table(cols: list[str], data: list[list[str]], title: str | None = None) -> None:

@@ -21,6 +21,7 @@ from ._state import run_state
 __all__ = [
     "STEP_USAGE_FIELDS",
     "UsageSums",
+    "check_page",
     "list_runs_sql",
     "listed_row",
     "run_filters",
@@ -111,12 +112,32 @@ def list_runs_sql(
     runs_have: Collection[str] = _TOTALS,
     calls_have: Collection[str] = (),
     collate: str = "",
-) -> tuple[str, tuple[str, ...]]:
+    after: tuple[float, str] | None = None,
+    limit: int | None = None,
+) -> tuple[str, tuple[Any, ...]]:
     """``list_runs``' query (``?`` placeholders) and its parameters: the ``runs`` columns but
     ``history_json`` (``requests``: the select list of the request columns), the usage of
-    :func:`list_runs_usage`; oldest first (``collate``: the run ids' collation)."""
-    where, params = run_filters(status, run_id, "?")
-    usage, join = list_runs_usage("WHERE run_id = ?" if run_id else "", runs_have, calls_have)
+    :func:`list_runs_usage`; oldest first (``collate``: the run ids' collation). A page:
+    ``after`` (the ``(created_at, run_id)`` of the last run of the previous page) keeps the
+    runs after it in that order, ``limit`` the first so many (see :func:`check_page`)."""
+    where, filters = run_filters(status, run_id, "?")
+    params: tuple[Any, ...] = filters
+    if after is not None:
+        keyset = f"(r.created_at > ? OR (r.created_at = ? AND r.run_id{collate} > ?))"
+        where = f"{where} AND {keyset}" if where else f"WHERE {keyset}"
+        params = (*params, after[0], after[0], after[1])
+    order = f"ORDER BY created_at, r.run_id{collate}"
+    tail: tuple[Any, ...] = () if limit is None else (limit,)
+    cut = "" if limit is None else " LIMIT ?"
+    head: tuple[Any, ...] = ()
+    run_filter = ""
+    if run_id:
+        run_filter, head = "WHERE run_id = ?", (run_id,)
+    elif after is not None or limit is not None:
+        # A page sums the attempts of its own runs, not of the whole journal.
+        run_filter = f"WHERE run_id IN (SELECT r.run_id FROM runs r {where} {order}{cut})"
+        head = params + tail
+    usage, join = list_runs_usage(run_filter, runs_have, calls_have)
     # A running run still at 0 steps may come from a journal written before the counters were
     # kept current per step: counted from ``steps`` (nothing to count for a new run).
     query = f"""SELECT r.run_id, status, stop_reason, stop_detail, final_answer,
@@ -128,8 +149,26 @@ def list_runs_sql(
                    AND s.action_status = 'executed') END AS actions_executed,
         created_at, ended_at, owner, lease_expires_at, wording_version,
         journal_schema_version, {requests}, goal, limits_json, metadata_json, {usage}
-    FROM runs r {join} {where} ORDER BY created_at, r.run_id{collate}"""
-    return query, ((run_id,) if run_id else ()) + params
+    FROM runs r {join} {where} {order}{cut}"""
+    return query, head + params + tail
+
+
+def check_page(after: Any, limit: Any) -> tuple[tuple[float, str] | None, int | None]:
+    """``list_runs``' page arguments, checked where they enter: ``after`` None or a
+    ``(created_at, run_id)`` pair (a number, a string), ``limit`` None or an int >= 1.
+    Raises ``ValueError`` (one line) for anything else."""
+    if after is not None:
+        ok = isinstance(after, tuple | list) and len(after) == 2
+        if not ok or isinstance(after[0], bool) or not isinstance(after[0], int | float):
+            raise ValueError(
+                f"list_runs after= takes (created_at, run_id) of a listed run, got {after!r}"
+            )
+        if not isinstance(after[1], str):
+            raise ValueError(f"list_runs after= takes a run id string second, got {after!r}")
+        after = (float(after[0]), after[1])
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"list_runs limit= takes a whole number >= 1 or None, got {limit!r}")
+    return after, limit
 
 
 def listed_row(names: Sequence[str], row: Sequence[Any], now: float) -> dict[str, Any]:

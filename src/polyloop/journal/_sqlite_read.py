@@ -37,14 +37,25 @@ def _read_steps(conn: sqlite3.Connection, run_id: str) -> list[StepRecord]:
 
 
 def _list_runs(
-    conn: sqlite3.Connection, status: str | None, run_id: str | None, now: float
+    conn: sqlite3.Connection,
+    status: str | None,
+    run_id: str | None,
+    now: float,
+    after: tuple[float, str] | None = None,
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
     # A journal of an older minor, read without migrating it, lacks the newer columns.
     have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
     requests = ", ".join(c if c in have else f"NULL AS {c}" for c in REQUEST_COLUMNS)
     calls = {row[1] for row in conn.execute("PRAGMA table_info(model_calls)")}
     query, params = list_runs_sql(
-        status, run_id, requests=requests, runs_have=have, calls_have=calls
+        status,
+        run_id,
+        requests=requests,
+        runs_have=have,
+        calls_have=calls,
+        after=after,
+        limit=limit,
     )
     cur = conn.execute(query, params)
     names = [d[0] for d in cur.description]

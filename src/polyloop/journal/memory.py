@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..types import (
 )
 from . import _approvals
 from ._owner import new_owner
-from ._reading import UsageSums, run_totals
+from ._reading import UsageSums, check_page, run_totals
 from ._request_rows import request_answer, request_row
 from ._state import STATUS_AFTER, lease_is_live, lease_lost, run_state
 
@@ -70,19 +70,35 @@ class MemoryJournal:
         return tuple(self._get(run_id).records)
 
     async def list_runs(
-        self, *, status: str | None = None, run_id: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``), in
         creation order, as :meth:`SQLiteJournal.list_runs` gives them: the ``runs`` columns
         (``journal_schema_version`` None: nothing is stored), the usage fields and the derived
         ``state``.
-        ``steps_used``/``actions_executed`` are current after every step. Read-only."""
+        ``steps_used``/``actions_executed`` are current after every step. Read-only.
+        Pages with ``limit`` and ``after`` as :meth:`SQLiteJournal.list_runs` does, in this
+        journal's order (creation order): ``after`` names the last run of the previous page,
+        and the page starts at the run created after it (a run id this journal does not hold:
+        the runs whose ``(created_at, run_id)`` sort after ``after``)."""
+        after, limit = check_page(after, limit)
         now = self._clock()
-        runs = self._runs.values() if run_id is None else [self._runs.get(run_id)]
-        out = []
+        runs: Iterable[_Run | None] = (
+            self._runs.values() if run_id is None else [self._runs.get(run_id)]
+        )
+        if after is not None:
+            runs = _after(runs, after, after[1] in self._runs)
+        out: list[dict[str, Any]] = []
         for run in runs:
             if run is None:
                 continue
+            if limit is not None and len(out) == limit:
+                break
             row = _listed(run)
             if status is None or row["status"] == status:
                 row["state"] = run_state(row["status"], row["owner"], row["lease_expires_at"], now)
@@ -226,6 +242,20 @@ def _extend(run: _Run, records: Sequence[Record]) -> None:
             run.status = STATUS_AFTER[r.kind]
             run.end = r
             run.steps_used, run.actions_executed = r.steps_used, r.actions_executed
+
+
+def _after(
+    runs: Iterable[_Run | None], after: tuple[float, str], held: bool
+) -> Iterator[_Run | None]:
+    """The runs listed after ``after``: those following its run (``held``: one of them), else
+    those whose ``(created_at, run_id)`` sort after it."""
+    if not held:
+        return (r for r in runs if r is not None and (r.spec.created_at, r.spec.run_id) > after)
+    it = iter(runs)
+    for run in it:
+        if run is not None and run.spec.run_id == after[1]:
+            break
+    return it
 
 
 def _listed(run: _Run) -> dict[str, Any]:

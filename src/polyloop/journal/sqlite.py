@@ -124,6 +124,7 @@ from ..types import (
 from . import _approvals
 from . import _sql as sql
 from ._owner import new_owner
+from ._reading import check_page
 from ._rows import _prepare, spec_json
 from ._sqlite_check import IntegrityReport, check_integrity, quick_check
 from ._sqlite_damage import _Health
@@ -436,7 +437,12 @@ class SQLiteJournal:
 
     # -- read-only helpers (never write; for the CLI and tests) -------------------------------
     async def list_runs(
-        self, *, status: str | None = None, run_id: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``: a list
         of one or none, read by its key), oldest first, as dicts of the ``runs`` columns
@@ -448,10 +454,18 @@ class SQLiteJournal:
         run without them, not ended yet, tokens, cost and replies without usage summed from
         its ``model_calls``, ``active_seconds`` None), and ``input_tokens``,
         ``output_tokens``, ``cached_tokens``, ``reasoning_tokens`` summed over its attempts
-        (None: none reported), in one aggregate query. Read-only."""
+        (None: none reported), in one aggregate query. Read-only.
+        A page (both optional; without them, every run at once): ``limit`` (an int >= 1)
+        the first so many, ``after`` (the ``(created_at, run_id)`` of the last run of the
+        previous page) only the runs after it, keyset on the order of the list
+        (``created_at``, then ``run_id``; equal times are split by the run id, so no run is
+        listed twice or skipped between pages). A run created while paging with an earlier
+        ``created_at`` than the page read is not listed. Raises ``ValueError`` for a
+        malformed ``after`` or ``limit``."""
+        after, limit = check_page(after, limit)
         now = self._clock()
         return await asyncio.to_thread(
-            self._readers.run, lambda c: _list_runs(c, status, run_id, now)
+            self._readers.run, lambda c: _list_runs(c, status, run_id, now, after, limit)
         )
 
     async def steps(self, run_id: str) -> list[StepRecord]:

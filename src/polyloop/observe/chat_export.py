@@ -15,6 +15,7 @@ it (the observation as the model saw it, cut where PolyLoop cut it; a parse erro
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
@@ -39,13 +40,19 @@ from polyloop.types import (
 )
 
 __all__ = [
+    "PAGE_SIZE",
     "REDACTED",
     "RUN_FIELDS",
     "TURN_FIELDS",
     "ChatReader",
     "chat_records",
+    "listed_runs",
     "redact_arguments",
 ]
+
+PAGE_SIZE = 500
+"""Runs per ``list_runs`` page when :func:`listed_runs` reads a journal: the rows held at once
+(about 2.5 KB each)."""
 
 REDACTED = "[redacted]"
 """What a redacted text becomes."""
@@ -101,17 +108,58 @@ class ChatReader(Protocol):
     async def step_usage(self, run_id: str) -> dict[int, dict[str, Any]]: ...
 
 
+def _pages(list_runs: Any) -> bool:
+    """Whether a journal's ``list_runs`` takes the page keywords ``after`` and ``limit``."""
+    try:
+        params = inspect.signature(list_runs).parameters
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return "after" in params and "limit" in params
+
+
+async def listed_runs(
+    journal: Any, *, page_size: int | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield ``journal.list_runs()``'s rows, oldest first, read ``page_size`` runs at a time
+    (None: :data:`PAGE_SIZE`) with ``list_runs(after=..., limit=page_size)`` (the SQLite,
+    PostgreSQL and memory journals page by keyset), so memory holds one page of rows. A
+    journal whose ``list_runs`` takes no ``after``/``limit`` keywords is read with one
+    ``list_runs()`` call. Raises ``ValueError`` for a ``page_size`` below 1, and what
+    ``list_runs`` raises."""
+    if page_size is None:
+        page_size = PAGE_SIZE
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size takes a whole number >= 1, got {page_size!r}")
+    if not _pages(journal.list_runs):
+        for row in await journal.list_runs():
+            yield row
+        return
+    after: tuple[float, str] | None = None
+    while True:
+        rows = await journal.list_runs(after=after, limit=page_size)
+        for row in rows:
+            yield row
+        if len(rows) < page_size:
+            return
+        after = (rows[-1]["created_at"], rows[-1]["run_id"])
+
+
 async def chat_records(
     journal: ChatReader,
     *,
     context: ContextBuilder | None = None,
     redact: bool = False,
+    page_size: int | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield one chat record per run of ``journal``, oldest run first.
 
     Streaming: a run is read, turned into its record and handed out before the next run is
-    read, so memory holds one run's records at a time (plus ``list_runs``' rows: the journal
-    lists every run's row, without its history, before the first is read).
+    read, and the runs are listed ``page_size`` at a time (:func:`listed_runs`; None:
+    :data:`PAGE_SIZE`), so memory
+    holds one run's records and one page of ``list_runs`` rows, however many runs there are
+    (a journal whose ``list_runs`` cannot page lists every run's row first).
 
     A record has the run's fields (:data:`RUN_FIELDS`, as ``list_runs`` names them: tokens are
     the run's totals, ``cost_usd`` US dollars or None when unknown), then:
@@ -145,7 +193,7 @@ async def chat_records(
     Raises what the journal's reads raise (``JournalError`` for an unreadable run).
     """
     builder = context if context is not None else ChatContextBuilder()
-    for row in await journal.list_runs():
+    async for row in listed_runs(journal, page_size=page_size):
         run_id = row["run_id"]
         spec, records = await journal.read(run_id)
         usage = await journal.step_usage(run_id)

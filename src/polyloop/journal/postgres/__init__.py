@@ -98,7 +98,7 @@ from ...types import (
 )
 from .. import _approvals, _observations
 from .._owner import new_owner
-from .._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
+from .._reading import STEP_USAGE_FIELDS, check_page, list_runs_sql, listed_row, step_usage_query
 from .._request_rows import request_answer, request_row, stored_request
 from .._rows import _Append, _parse_run, _prepare, _steps_of, spec_json
 from .._sql import REQUEST_COLUMNS
@@ -477,16 +477,30 @@ class PostgresJournal(_Writes):
 
     # -- read-only helpers (never write; for the CLI and tests) -------------------------------
     async def list_runs(
-        self, *, status: str | None = None, run_id: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """Every run (or those with ``status`` 'running'/'ended'; or only ``run_id``: a list
         of one or none, read by its key), oldest first, as dicts of the ``runs`` columns
         except ``history_json`` and ``version``, with ``metadata`` and ``limits`` decoded: the
         same shape as :meth:`SQLiteJournal.list_runs`, ``state`` included (derived on this
         machine's clock). ``steps_used``/``actions_executed`` are current after every step.
-        Read-only."""
+        Read-only. Pages with ``after`` and ``limit`` as :meth:`SQLiteJournal.list_runs`
+        does (run ids compared byte by byte, ``COLLATE "C"``, as they are ordered)."""
+        after, limit = check_page(after, limit)
         requests = ", ".join(REQUEST_COLUMNS)
-        query, params = list_runs_sql(status, run_id, requests=requests, collate=' COLLATE "C"')
+        query, params = list_runs_sql(
+            status,
+            run_id,
+            requests=requests,
+            collate=' COLLATE "C"',
+            after=after,
+            limit=limit,
+        )
         async with self._connection() as conn:
             cur = await conn.execute(sql.pg(query), params)
             names = [d.name for d in cur.description or ()]
