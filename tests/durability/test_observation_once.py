@@ -158,7 +158,7 @@ async def test_a_1_x_journal_is_read_and_migrated(
     async with store.journal() as journal:
         r = await large_loop(journal).resume("old")
         _, records = await journal.read("old")
-    assert store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'") == [("2.0",)]
+    assert store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'") == [("2.1",)]
     ref = await large_loop(RecordingJournal()).run("read", run_id="ref")
     assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps]
     assert [x.step for x in records if isinstance(x, StepWritten)] == list(r.steps)
