@@ -295,3 +295,21 @@ async def test_the_readme_query_finds_the_runs_whose_budget_was_raised_and_by_wh
         ("unbounded", "carol", "max_steps"),
     ]
     assert [(float(r["old"]), float(r["new"])) for r in found] == [(10, 20), (10, 11)]
+
+
+async def test_a_2_0_journal_gains_the_requests_table_when_a_writer_opens_it(
+    journal_backend: Store,
+) -> None:
+    store = journal_backend
+    async with store.journal() as journal:
+        lease = await journal.create(RunSpec("r", "g", Limits(max_steps=2), 0.0), ttl_s=30)
+        await journal.release(lease)
+    store.damage(  # as a journal of schema 2.0 was: no requests table
+        "DROP TABLE requests",
+        "UPDATE meta SET value = '2.0' WHERE key = 'journal_schema_version'",
+    )
+    async with store.journal() as journal:  # a writer opens it: migrated
+        asked = await requester(journal).set_limits("r", reason="after migration", max_steps=4)
+        assert asked.outcome == "applied"
+        assert [r["seq"] for r in await journal.requests("r")] == [1]
+    assert store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'") == [("2.1",)]

@@ -109,3 +109,17 @@ def test_limits_of_an_ended_run_says_it_ended(cli: CLI) -> None:
     assert_one_line_error(done)
     assert "has ended (agent_finished)" in done.err, done
     assert requests_of(db) == []
+
+
+def test_show_reads_a_2_0_journal_without_a_requests_table(cli: CLI) -> None:
+    db = cli.cwd / "j.db"
+    a_run_nobody_drives(db, "r", Limits(max_steps=2))
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE requests")
+        conn.execute("UPDATE meta SET value = '2.0' WHERE key = 'journal_schema_version'")
+    shown = cli("show", "r", "--journal", str(db))  # a reader: it does not migrate
+    assert shown.code == 0, shown
+    assert "request" not in shown.out, shown
+    with sqlite3.connect(db) as conn:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'journal_schema_version'")
+        assert version.fetchall() == [("2.0",)]

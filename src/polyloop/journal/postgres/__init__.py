@@ -499,10 +499,16 @@ class PostgresJournal(_Writes):
 
     async def requests(self, run_id: str) -> list[dict[str, Any]]:
         """The run's rows of the ``requests`` table by ``seq`` (see
-        :meth:`SQLiteJournal.requests`). Read-only."""
-        async with self._connection() as conn:
-            cur = await conn.execute(sql.RUN_REQUESTS, (run_id,))
-            rows = await cur.fetchall()
+        :meth:`SQLiteJournal.requests`; none in a journal of 2.0 no writer has opened yet).
+        Read-only."""
+        try:
+            async with self._connection() as conn:
+                cur = await conn.execute(sql.RUN_REQUESTS, (run_id,))
+                rows = await cur.fetchall()
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) == "42P01":  # no such table: journal schema 2.0
+                return []
+            raise
         return [request_dict(r) for r in rows]
 
     async def pending_approvals(self) -> list[dict[str, Any]]:
