@@ -313,3 +313,24 @@ async def test_a_2_0_journal_gains_the_requests_table_when_a_writer_opens_it(
         assert asked.outcome == "applied"
         assert [r["seq"] for r in await journal.requests("r")] == [1]
     assert store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'") == [("2.1",)]
+
+
+async def test_limits_set_on_a_parked_run_apply_now_and_its_resume_after_approval_uses_them(
+    journal_backend: Store,
+) -> None:
+    """A run parked for approval (``awaiting_approval``, no owner) gets the new limits at once;
+    it stays parked, its pending action listed, and once approved its resume runs the action
+    and stops at the new budget."""
+    from tests.contract.test_approval import Mailer, loop_of, park
+
+    store, world = journal_backend, Mailer()
+    async with store.journal() as journal:
+        parked = await park(world, journal)
+        asked = await requester(journal).set_limits("r", by="ops", reason="one", max_steps=1)
+        assert asked.outcome == "applied"
+        assert store.sql("SELECT status FROM runs") == [("awaiting_approval",)]
+        assert [p["op_id"] for p in await journal.pending_approvals()] == [parked.op_id]
+        await loop_of(world, journal).approve("r", parked.op_id, by="alice")
+        result = await loop_of(world, journal).resume("r")
+    assert world.sent == [("ceo@example.com", "alice")]
+    assert (result.stop_reason, result.steps_used) == (StopReason.step_budget, 1)

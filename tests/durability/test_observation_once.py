@@ -180,7 +180,7 @@ async def test_a_polyloop_that_reads_only_major_1_refuses_a_2_0_journal_in_one_l
         await store.open()
     message = str(info.value)
     assert "\n" not in message
-    assert "'2.0'" in message and "1.4" in message and "upgrade polyloop" in message
+    assert "'2.1'" in message and "1.4" in message and "upgrade polyloop" in message
     assert store.snapshot() == before
 
 
