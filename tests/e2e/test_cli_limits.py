@@ -123,3 +123,19 @@ def test_show_reads_a_2_0_journal_without_a_requests_table(cli: CLI) -> None:
     with sqlite3.connect(db) as conn:
         version = conn.execute("SELECT value FROM meta WHERE key = 'journal_schema_version'")
         assert version.fetchall() == [("2.0",)]
+
+
+def test_limits_refuses_a_run_id_or_reason_that_is_not_unicode_in_one_line(cli: CLI) -> None:
+    from tests.e2e.test_cli_errors import run_bytes
+
+    db = cli.cwd / "j.db"
+    a_run_nobody_drives(db, "r", Limits(max_steps=2))
+    bad = b"id\xff"
+    for args in (
+        ("limits", bad, "--max-steps", "3", "--reason", "x"),
+        ("limits", "r", "--max-steps", "3", "--reason", bad),
+    ):
+        done = run_bytes(cli, *args, "--journal", str(db))
+        assert_one_line_error(done)
+        assert "U+DCFF" in done.err and "not valid Unicode" in done.err, done
+    assert requests_of(db) == []
