@@ -20,6 +20,7 @@ from .types import (
     ConfigError,
     GuardCheck,
     Limits,
+    LimitsRequest,
     Message,
     Observer,
     ReportHook,
@@ -294,6 +295,40 @@ class Loop:
         Otherwise as :meth:`stop` (same result value, same errors but for the reason, which
         is optional here)."""
         return await self._kernel.request(run_id, "cancel", reason, by)
+
+    async def set_limits(
+        self, run_id: str, *, by: str | None = None, reason: str, **limits: int | float | None
+    ) -> LimitsRequest:
+        """Change budgets of a run, wherever it runs: ``max_steps``, ``max_actions``,
+        ``max_tokens``, ``max_cost`` (USD), ``max_seconds`` (the :class:`Limits` names; None:
+        unbounded, except ``max_steps``). Works on a run that another process or host drives,
+        or that is detached, parked or stale (SQLite and PostgreSQL journals).
+
+        The request is journaled first, as one row of the ``requests`` table (the budgets'
+        old and new values, ``by`` — default ``user@host pid N`` —, ``reason``, when). Then:
+
+        * a run this ``Loop`` drives gets it at once; a live owner elsewhere at its next
+          heartbeat (every ``lease_ttl_s / 3`` seconds). It applies the new limits at the next
+          step boundary, before budget admission (rule A): a budget lowered to or below what
+          the run has spent ends it there with that budget's stop reason (``step_budget``,
+          ``token_budget`` …); a raised one lets it go on. A model call or action in flight
+          finishes first.
+        * a run nobody drives: the new limits are applied now (this call takes the run's lease
+          for a moment) and the run is let go; ``resume`` goes on with them.
+
+        Either way ``resume`` rebuilds the latest limits (a ``LimitsChanged`` record). Returns
+        the stored request: ``seq`` its number in the run, ``applied_at``/``outcome`` set
+        when it was applied here (``outcome = "applied"``), None while a live owner has yet to
+        apply it (see the ``requests`` table for when it did).
+
+        Raises:
+            ConfigError: an unknown budget name, none at all, no reason, a value ``Limits``
+                refuses (``max_steps`` <= 0 or None, zero, negative, NaN, infinite, a bool),
+                the run has ended, or the journal takes no requests. Nothing is written.
+            RunNotFound: no such run.
+        """
+        stored, _live = await self._kernel.set_limits(run_id, limits, reason, by)
+        return stored
 
     async def approve(
         self, run_id: str, op_id: str, *, note: str | None = None, by: str | None = None

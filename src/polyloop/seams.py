@@ -15,6 +15,7 @@ from .types import (
     Decision,
     EndRequest,
     Lease,
+    LimitsRequest,
     Message,
     ModelReply,
     ModelRequest,
@@ -242,6 +243,31 @@ class EndRequests(Protocol):
         ``end`` is pure and quick (it may run on the journal's writer thread). Raises
         ``RunNotFound``. After a crash the transaction is all or nothing.
         """
+        ...
+
+
+@runtime_checkable
+class LimitRequests(Protocol):
+    """A journal that takes requests to change a run's budgets from any process
+    (``Loop.set_limits``), one row each in its ``requests`` table; the memory, SQLite and
+    PostgreSQL journals do. Such a journal hands the requests no owner has applied yet out with
+    every lease (``Lease.limits``, from ``acquire`` and ``renew``)."""
+
+    async def request_limits(self, request: LimitsRequest) -> LimitsRequest:
+        """Store ``request`` as the run's next request (no lease needed); it comes back with
+        its ``seq``. Raises ``RunNotFound``."""
+        ...
+
+    async def settle_requests(
+        self, run_id: str, settled: Sequence[tuple[int, str]], *, at: float
+    ) -> None:
+        """Mark each (seq, outcome) of the run's requests settled at ``at`` (epoch s); one
+        settled already stays as it was."""
+        ...
+
+    async def requests(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's requests by ``seq``, as dicts of the ``requests`` columns with
+        ``values`` decoded from ``values_json``. Read-only."""
         ...
 
 

@@ -1,5 +1,5 @@
-"""Control: ``polyloop stop``, ``cancel``, ``pending``, ``approve`` and ``deny`` — requests
-and decisions written to the journal, for a run that may be advanced by another process."""
+"""Control: ``polyloop stop``, ``cancel``, ``limits``, ``pending``, ``approve`` and ``deny`` —
+requests and decisions written to the journal, for a run that may be advanced by another process."""
 
 from __future__ import annotations
 
@@ -110,6 +110,67 @@ def cancel(
     Example: polyloop cancel 3f2a… --reason "wrong goal" --journal postgresql://host/db
     """
     _request(journal, run_id, "cancel", reason, by)
+
+
+def limits(
+    run_id: Annotated[str, typer.Argument(help="The run to retune.", callback=valid_text)],
+    reason: Annotated[str, typer.Option("--reason", help="Why (required; it is journaled).")],
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="New step budget (a positive int).")
+    ] = None,
+    max_actions: Annotated[
+        int | None, typer.Option("--max-actions", help="New executed-action budget.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help="New token budget (input + output).")
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option("--max-cost", help="New cost budget, in US dollars.")
+    ] = None,
+    max_seconds: Annotated[
+        float | None, typer.Option("--max-seconds", help="New time budget, in active seconds.")
+    ] = None,
+    journal: RequestJournalOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Change the budgets of a run, wherever it runs (another process or host), detached,
+    parked or stale; the budgets not given stay as they are.
+
+    The request is journaled (one row of the requests table: old and new values, who, why,
+    when). A run some process is advancing takes it at that process's next heartbeat
+    (lease_ttl_s/3) and applies it at its next step boundary, before budget admission: a
+    budget lowered to or below what the run spent ends it there with that budget's stop
+    reason (step_budget, token_budget ...), a raised one lets it go on. A run nobody is
+    advancing gets the new limits now, and resume goes on with them. One line says which;
+    exit code 1 for a value that cannot hold, an ended run or no such run.
+
+    Example: polyloop limits 3f2a… --max-steps 80 --reason "needs more room" --journal polyloop.db
+    """
+    given = {
+        "max_steps": max_steps,
+        "max_actions": max_actions,
+        "max_tokens": max_tokens,
+        "max_cost": max_cost,
+        "max_seconds": max_seconds,
+    }
+    new = {name: value for name, value in given.items() if value is not None}
+    if not new:
+        raise fail("limits needs at least one of --max-steps, --max-actions, --max-tokens, "
+                   "--max-cost, --max-seconds")  # fmt: skip
+
+    async def act(loop: Loop) -> Any:
+        return await loop.set_limits(run_id, by=by, reason=reason, **new)
+
+    stored = _on_journal(journal, run_id, act)
+    if stored.outcome is None:
+        then = (
+            "requested; the execution advancing it applies it at its next step boundary "
+            "after its next heartbeat"
+        )
+    else:
+        then = f"{stored.outcome} now: nobody was advancing it"
+    print(f"run {run_id}: limits request {stored.seq} ({stored.describe()}) {then}", flush=True)
+    raise typer.Exit(0)
 
 
 def _decide(

@@ -19,6 +19,7 @@ from ._approval import continue_hint
 from ._common import JournalOpt, ReadJournalOpt, call, fail
 from ._errors import valid_text
 from ._open_action import open_action, open_action_lines
+from ._requests_lines import request_lines
 from ._setup import (
     DEFAULT_JOURNAL,
     JOURNAL_ENV,
@@ -64,29 +65,33 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Full step records as JSON.")] = False,
 ) -> None:
     """Show a run's steps as a table (or, with --json, its full records), with what the run
-    and each step spent: tokens (input, output, cached, reasoning), cost and active seconds.
+    and each step spent: tokens (input, output, cached, reasoning), cost and active seconds,
+    and the requests that changed its budgets (polyloop limits), applied or pending.
 
     Example: polyloop show 3f2a… --json
     """
 
-    async def go() -> tuple[dict[str, Any], Any, list[Any], list[Any], dict[int, Any]]:
+    async def go() -> tuple[dict[str, Any], Any, list[Any], list[Any], dict[int, Any], Any]:
         async with open_reader(journal) as j:
             rows = await j.journal.list_runs(run_id=run_id)
             if not rows:
                 raise BadInput(f"no run {run_id!r} in {j.where}")
             spec, records = await j.journal.read(run_id)
             steps, usage = await j.journal.steps(run_id), await j.journal.step_usage(run_id)
-            return rows[0], spec, steps, list(records), usage
+            requests = await j.journal.requests(run_id)
+            return rows[0], spec, steps, list(records), usage, requests
 
-    run_row, spec, steps, records, usage = call(go)
+    run_row, spec, steps, records, usage, requests = call(go)
     end = records[-1] if records and isinstance(records[-1], RunEnd) else None
     report = end.report if end else None
     edits = [r for r in records if isinstance(r, TestEdit)]
     action = open_action(records)
     if as_json:
-        _render.show_json(run_row, steps, report, edits, usage, action)
+        _render.show_json(run_row, steps, report, edits, usage, action, requests)
     else:
         _render.show_table(run_row, steps, usage)
+        for line in request_lines(requests):
+            print(line)
         where = f" --journal {journal}" if journal else ""
         from polyloop.batch._journals import is_postgres_spec  # not at start-up: 20 ms
 

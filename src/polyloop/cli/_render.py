@@ -348,16 +348,20 @@ def show_json(
     test_edits: Sequence[TestEdit] = (),
     usage: dict[int, dict[str, Any]] | None = None,
     open_action: dict[str, Any] | None = None,
+    requests: Sequence[dict[str, Any]] = (),
 ) -> None:
     """``run`` (the ``list_runs`` row, its usage fields included), ``steps`` (the step
     records as they are), ``usage`` (a row per step with a model call: ``step_idx`` and
-    its usage fields), then the report and test edits when there are any."""
+    its usage fields), then the report, test edits and ``requests`` (rows of the requests
+    table) when there are any."""
     out: dict[str, Any] = {"run": run, "steps": [s.to_dict() for s in steps]}
     out["usage"] = [{"step_idx": i, **u} for i, u in sorted((usage or {}).items())]
     if open_action is not None:
         out["open_action"] = open_action
     if report is not None:
         out["report"] = report.to_dict()
+    if requests:
+        out["requests"] = list(requests)
     if test_edits:
         out["test_edits"] = [
             {"step_idx": e.step_idx, "path": e.path, "tampering": list(e.tampering)}

@@ -1,11 +1,11 @@
 """The ``polyloop`` command: each command parses, makes one library call, and renders.
 
 The verbs live by group: running (``run``, ``resume``, ``demo``, ``tools``: :mod:`._running`),
-control (``stop``, ``cancel``, ``pending``, ``approve``, ``deny``: :mod:`._control`), reading
-(``runs``, ``show``, ``stats``, ``export``, ``view``, ``report``, ``check``: :mod:`._reading`)
-and many runs (``batch``, ``recover``: :mod:`._batch`); ``run`` and ``batch`` share one
-definition of the run options (:mod:`._options`). This module makes the root command and
-registers them, in the order ``--help`` lists them.
+control (``stop``, ``cancel``, ``limits``, ``pending``, ``approve``, ``deny``:
+:mod:`._control`), reading (``runs``, ``show``, ``stats``, ``export``, ``view``, ``report``,
+``check``: :mod:`._reading`) and many runs (``batch``, ``recover``: :mod:`._batch`); ``run``
+and ``batch`` share one definition of the run options (:mod:`._options`). This module makes the
+root command and registers them, in the order ``--help`` lists them.
 
 Exit codes: the table in :mod:`._exit` (``polyloop --help`` and the README list it). Help
 texts are plain text, never Rich markup, so ``pip install 'polyloop[ray]'`` shows as written.
@@ -94,6 +94,7 @@ for _command in (
     _running.tools,
     _control.stop,
     _control.cancel,
+    _control.limits,
     _control.pending,
     _control.approve,
     _control.deny,

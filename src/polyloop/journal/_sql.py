@@ -162,3 +162,32 @@ PENDING_APPROVALS: Final = """SELECT r.run_id, a.body, i.body FROM runs AS r
     JOIN journal AS i ON i.run_id = r.run_id AND i.seq = a.seq - 1
     WHERE r.status = 'awaiting_approval'"""
 DECIDED: Final = "UPDATE runs SET status = 'running' WHERE run_id = ?"
+
+# -- the requests table: the run's retunes, each a row (journal schema 2.1; never fenced) --------
+
+# Not among the tables a journal must have: one of 2.0 lacks it until a writer opens it (and
+# creates it, IF NOT EXISTS, as for a new journal). PostgreSQL's is this with DOUBLE PRECISION.
+REQUESTS_DDL: Final = """CREATE TABLE IF NOT EXISTS requests (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    values_json TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    reason TEXT,
+    requested_at REAL NOT NULL,
+    applied_at REAL,
+    outcome TEXT,
+    PRIMARY KEY (run_id, seq)
+)"""
+REQUEST_ROW_COLUMNS: Final = """run_id, seq, kind, values_json, requested_by, reason,
+    requested_at, applied_at, outcome"""
+INSERT_REQUEST_ROW: Final = f"""INSERT INTO requests ({REQUEST_ROW_COLUMNS})
+    VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM requests WHERE run_id = ?), ?, ?, ?, ?, ?,
+        NULL, NULL)"""
+LAST_REQUEST_SEQ: Final = "SELECT max(seq) FROM requests WHERE run_id = ?"
+# What a run's owner has not applied yet (read with its lease: ``acquire``, ``renew``).
+PENDING_LIMITS: Final = f"""SELECT {REQUEST_ROW_COLUMNS} FROM requests
+    WHERE run_id = ? AND kind = 'limits' AND applied_at IS NULL ORDER BY seq"""
+SETTLE_REQUEST: Final = """UPDATE requests SET applied_at = ?, outcome = ?
+    WHERE run_id = ? AND seq = ? AND applied_at IS NULL"""
+RUN_REQUESTS: Final = f"SELECT {REQUEST_ROW_COLUMNS} FROM requests WHERE run_id = ? ORDER BY seq"

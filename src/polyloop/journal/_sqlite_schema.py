@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..types import STEP_SCHEMA_VERSION, JournalError
-from ._sql import STATUS_CHECK, STEP_COLUMNS, STEPS_COUNTED
+from ._sql import REQUESTS_DDL, STATUS_CHECK, STEP_COLUMNS, STEPS_COUNTED
 from ._sqlite_damage import _damaged_error, _is_damage
 from ._versions import (
     _ADDED_COLUMNS,
@@ -100,6 +100,7 @@ _DDL: tuple[str, ...] = (
     PRIMARY KEY (intent_id, attempt)
 )""",
     "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
+    REQUESTS_DDL,
 )
 _TABLES = frozenset({"meta", "runs", "steps", "journal", "model_calls"})
 
@@ -263,6 +264,7 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
             if _level(old) < 4:
                 _widen_status(conn)
+            conn.execute(REQUESTS_DDL)  # 2.1
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'journal_schema_version'",
                 (JOURNAL_SCHEMA_VERSION,),

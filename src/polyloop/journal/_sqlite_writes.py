@@ -7,13 +7,15 @@ connection and the writer's lease cache (``_Seqs``), made on the caller's thread
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..types import (
     ApprovalDecided,
     EndRequest,
     Lease,
+    LimitsRequest,
     PolyLoopError,
     RequestResult,
     RunEnd,
@@ -23,6 +25,7 @@ from ..types import (
 )
 from . import _approvals
 from . import _sql as sql
+from ._limit_rows import limits_request, limits_row
 from ._owner import new_owner
 from ._request_rows import request_answer, request_row, stored_request
 from ._rows import _Append, _prepare
@@ -145,7 +148,8 @@ def _acquire_fn(run_id: str, owner: str, ttl_s: float, clock: Callable[[], float
         nxt = conn.execute(sql.LAST_SEQ, (run_id,)).fetchone()[0] + 1
         seqs.set(run_id, (owner, nxt))
         request = stored_request(*conn.execute(sql.REQUEST_OF, (run_id,)).fetchone())
-        return Lease(run_id, owner, expires, request)
+        limits = _pending_limits(conn, run_id)
+        return Lease(run_id, owner, expires, request, limits)
 
     return run
 
@@ -161,7 +165,38 @@ def _renew_fn(lease: Lease, ttl_s: float, clock: Callable[[], float]) -> _Fn:
             raise _lease_lost(conn, lease)
         # The request stored for the run, if any: how its owner learns of one.
         request = stored_request(*conn.execute(sql.REQUEST_OF, (lease.run_id,)).fetchone())
-        return Lease(lease.run_id, lease.owner, expires, request)
+        limits = _pending_limits(conn, lease.run_id)
+        return Lease(lease.run_id, lease.owner, expires, request, limits)
+
+    return run
+
+
+def _pending_limits(conn: sqlite3.Cursor, run_id: str) -> tuple[LimitsRequest, ...]:
+    """The run's requests to change its budgets that no owner has applied yet."""
+    return tuple(limits_request(r) for r in conn.execute(sql.PENDING_LIMITS, (run_id,)))
+
+
+def _request_limits_fn(request: LimitsRequest) -> _Fn:
+    """``request_limits``'s transaction: store ``request`` as the run's next ``requests`` row
+    and hand it back with its ``seq``. Raises ``RunNotFound``."""
+
+    def run(conn: sqlite3.Cursor, seqs: _Seqs) -> LimitsRequest:
+        if conn.execute(sql.RUN_FOUND, (request.run_id,)).fetchone() is None:
+            raise RunNotFound(request.run_id)
+        conn.execute(sql.INSERT_REQUEST_ROW, limits_row(request))
+        seq = conn.execute(sql.LAST_REQUEST_SEQ, (request.run_id,)).fetchone()[0]
+        return replace(request, seq=int(seq))
+
+    return run
+
+
+def _settle_fn(run_id: str, settled: Sequence[tuple[int, str]], at: float) -> _Fn:
+    """``settle_requests``'s transaction: mark each (seq, outcome) of the run settled at
+    ``at`` (a row settled already stays as it was)."""
+
+    def run(conn: sqlite3.Cursor, seqs: _Seqs) -> None:
+        for seq, outcome in settled:
+            conn.execute(sql.SETTLE_REQUEST, (at, outcome, run_id, seq))
 
     return run
 

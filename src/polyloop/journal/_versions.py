@@ -9,7 +9,7 @@ from typing import Any
 
 from ..types import STEP_SCHEMA_VERSION, JournalError
 
-JOURNAL_SCHEMA_VERSION = "2.0"
+JOURNAL_SCHEMA_VERSION = "2.1"
 """Version of the table schema. A newer minor adds only what an older reader can ignore (but
 for record kinds: a PolyLoop before 1.4 refuses, with ``JournalError`` naming the kind, to
 resume a run whose journal holds an approval record, and reads every other run); a file with
@@ -33,7 +33,12 @@ than ``_observations.SHARED_ABOVE`` characters leaves it out and names the ``act
 before it, which holds it or, written in the same append, leaves it to ``steps.observation`` (see
 :mod:`polyloop.journal._observations`). The tables are those of 1.4 (``steps.observation`` is filled
 as before). A PolyLoop of major 1 would read such a step with no observation, so it refuses the file
-(its one-line "upgrade polyloop"); this one reads journals of both majors."""
+(its one-line "upgrade polyloop"); this one reads journals of both majors.
+
+2.1 added the table ``requests`` (a run's requests other than its end request, one row each:
+``run_id``, ``seq``, ``kind`` (``limits``), ``values_json``, ``requested_by``, ``reason``,
+``requested_at``, ``applied_at``, ``outcome``; see :class:`polyloop.types.LimitsRequest`). A
+journal of 2.0 lacks it until a writer opens it; a reader takes its absence for no requests."""
 _READ_MAJORS = (1, 2)
 """The journal schema majors this PolyLoop reads (1: every step record holds its observation)."""
 _STEP_MAJOR = 1

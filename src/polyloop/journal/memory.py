@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..types import (
@@ -13,6 +13,7 @@ from ..types import (
     ApprovalRequested,
     EndRequest,
     Lease,
+    LimitsRequest,
     ModelResult,
     Record,
     RequestResult,
@@ -24,6 +25,7 @@ from ..types import (
     StepWritten,
 )
 from . import _approvals
+from ._limit_rows import limits_row_of, request_dict
 from ._owner import new_owner
 from ._reading import UsageSums, check_page, run_totals
 from ._request_rows import request_answer, request_row
@@ -42,6 +44,7 @@ class _Run:
     actions_executed: int = 0
     end: RunEnd | None = None
     request: EndRequest | None = None
+    limit_requests: list[LimitsRequest] = field(default_factory=list)  # the requests rows
     status: str = "running"  # as runs.status: 'awaiting_approval' while parked, then 'ended'
     usage: UsageSums = field(default_factory=UsageSums)
     step_usage: dict[int, UsageSums] = field(default_factory=dict)
@@ -139,7 +142,27 @@ class MemoryJournal:
     async def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         run = self._owned(lease)
         run.expires_at = self._clock() + ttl_s
-        return Lease(lease.run_id, lease.owner, run.expires_at, run.request)
+        return Lease(lease.run_id, lease.owner, run.expires_at, run.request, _pending(run))
+
+    async def request_limits(self, request: LimitsRequest) -> LimitsRequest:
+        """The ``LimitRequests`` seam: store ``request`` as the run's next request."""
+        run = self._get(request.run_id)
+        stored = replace(request, seq=len(run.limit_requests) + 1)
+        run.limit_requests.append(stored)
+        return stored
+
+    async def settle_requests(
+        self, run_id: str, settled: Sequence[tuple[int, str]], *, at: float
+    ) -> None:
+        """The ``LimitRequests`` seam: mark the run's requests (seq, outcome) settled."""
+        rows = self._get(run_id).limit_requests
+        for seq, outcome in settled:
+            if 0 < seq <= len(rows) and rows[seq - 1].applied_at is None:
+                rows[seq - 1] = replace(rows[seq - 1], applied_at=at, outcome=outcome)
+
+    async def requests(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's requests as the durable journals' ``requests`` rows (by ``seq``)."""
+        return [request_dict(limits_row_of(r)) for r in self._get(run_id).limit_requests]
 
     async def request_end(
         self,
@@ -213,7 +236,7 @@ class MemoryJournal:
     def _take(self, run: _Run, ttl_s: float) -> Lease:
         run.owner = new_owner()
         run.expires_at = self._clock() + ttl_s
-        return Lease(run.spec.run_id, run.owner, run.expires_at, run.request)
+        return Lease(run.spec.run_id, run.owner, run.expires_at, run.request, _pending(run))
 
     def _owned(self, lease: Lease) -> _Run:
         """The run ``lease`` is the lease of, or ``LeaseLost`` (the fence)."""
@@ -221,6 +244,10 @@ class MemoryJournal:
         if run.owner != lease.owner:
             raise lease_lost(lease, f"held by {run.owner or 'nobody'}")
         return run
+
+
+def _pending(run: _Run) -> tuple[LimitsRequest, ...]:
+    return tuple(r for r in run.limit_requests if r.applied_at is None)
 
 
 _APPROVALS = (ApprovalRequested, ApprovalDecided)  # a tuple: no union built per record

@@ -113,6 +113,7 @@ from ..types import (
     EndRequest,
     JournalError,
     Lease,
+    LimitsRequest,
     Record,
     RequestResult,
     RunEnd,
@@ -123,6 +124,7 @@ from ..types import (
 )
 from . import _approvals
 from . import _sql as sql
+from ._limit_rows import request_dict
 from ._owner import new_owner
 from ._reading import check_page
 from ._rows import _prepare, spec_json
@@ -153,6 +155,8 @@ from ._sqlite_writes import (
     _release_fn,
     _renew_fn,
     _request_end_fn,
+    _request_limits_fn,
+    _settle_fn,
 )
 from ._versions import JOURNAL_SCHEMA_VERSION
 
@@ -412,6 +416,33 @@ class SQLiteJournal:
         run = _request_end_fn(run_id, request, seen, end, self._clock)
         answer: RequestResult | None = await self._write(run, run_id)
         return answer
+
+    async def request_limits(self, request: LimitsRequest) -> LimitsRequest:
+        """The ``LimitRequests`` seam (:class:`polyloop.seams.LimitRequests`): store
+        ``request`` as the run's next ``requests`` row (no lease needed); it comes back with
+        its ``seq``. Raises ``RunNotFound``."""
+        stored: LimitsRequest = await self._write(_request_limits_fn(request), request.run_id)
+        return stored
+
+    async def settle_requests(
+        self, run_id: str, settled: Sequence[tuple[int, str]], *, at: float
+    ) -> None:
+        """The ``LimitRequests`` seam: mark the run's requests (seq, outcome) settled."""
+        await self._write(_settle_fn(run_id, settled, at), run_id)
+
+    async def requests(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's rows of the ``requests`` table by ``seq``, as dicts of its columns with
+        ``values`` decoded (see ``_limit_rows.request_dict``); none in a journal of 2.0 a
+        writer has not opened yet. Read-only."""
+
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            try:
+                rows = conn.execute(sql.RUN_REQUESTS, (run_id,)).fetchall()
+            except sqlite3.OperationalError:  # no such table: journal schema 2.0
+                return []
+            return [request_dict(r) for r in rows]
+
+        return await asyncio.to_thread(self._readers.run, read)
 
     async def decide(self, run_id: str, decision: ApprovalDecided) -> ApprovalDecided:
         """The ``Approvals`` seam (:class:`polyloop.seams.Approvals`): in one transaction

@@ -15,6 +15,7 @@ from ..types import (
     JournalError,
     Limits,
     LimitsChanged,
+    LimitsRequest,
     Message,
     RequestKind,
     RequestResult,
@@ -25,7 +26,7 @@ from ..types import (
     first_invalid,
     nested_deeper,
 )
-from . import approving
+from . import approving, retune
 from .driver import KernelConfig, build_result
 from .ids import new_id
 from .replay import Replayed, replay
@@ -154,6 +155,21 @@ class Kernel:
                 driver.take_request(answer.request or asked)
 
         return await request_end(self.cfg.journal, self.cfg.clock, run_id, asked, deliver)
+
+    async def set_limits(
+        self, run_id: str, limits: Mapping[str, Any], reason: str, by: str | None
+    ) -> tuple[LimitsRequest, bool]:
+        """Store a request to change ``run_id``'s budgets and act on it
+        (:mod:`polyloop.kernel.retune`): a run this kernel drives gets it at once."""
+        _refuse_invalid_text("Loop.set_limits", run_id=run_id, reason=reason, by=by)
+        cfg = self.cfg
+        stored, live = await retune.request_limits(
+            cfg.journal, cfg.clock, run_id, limits, by or default_by(), reason, cfg.lease_ttl_s
+        )
+        driver = self._active.get(run_id)
+        if live and driver is not None:
+            driver.take_limits((stored,))
+        return stored, live
 
     async def decide(
         self, run_id: str, op_id: str, approved: bool, note: str | None, by: str | None

@@ -40,6 +40,7 @@ from ..types import (
     EscalationReport,
     Event,
     Lease,
+    LimitsRequest,
     ModelIntent,
     ModelReply,
     Observer,
@@ -208,6 +209,10 @@ class Driver:
         # A request to end the run (Loop.stop / Loop.cancel): from the lease it was started
         # with, a renewal's, or this process's Loop directly (take_request).
         self.request: EndRequest | None = lease.request
+        # Requests to change the run's budgets (Loop.set_limits) not applied yet, from the
+        # lease as request is; applied at the next step boundary (retune.apply_pending).
+        self.limit_requests: tuple[LimitsRequest, ...] = lease.limits
+        self._limits_taken = max((r.seq for r in lease.limits), default=0)
         self._task: asyncio.Task[object] | None = None  # the task driving the run
         self._cancel_sent = False  # a cancel request cancelled _task
         self._closing = False  # past the point where a cancel request may cancel _task
@@ -242,6 +247,14 @@ class Driver:
         if task is not None and not task.done():
             self._cancel_sent = True
             task.cancel(f"cancel requested by {request.by}")
+
+    def take_limits(self, requests: tuple[LimitsRequest, ...]) -> None:
+        """Requests to change the run's budgets, from a lease or this process's ``Loop``:
+        those not taken before wait for the next step boundary. Returns at once."""
+        new = tuple(r for r in requests if r.seq > self._limits_taken)
+        if new:
+            self.limit_requests += new
+            self._limits_taken = new[-1].seq
 
     # -- writing ------------------------------------------------------------------------------
     async def _write(self, records: tuple[Record, ...]) -> None:
@@ -297,6 +310,8 @@ class Driver:
         next model call, with no model intent that was never sent (it would be counted as an
         attempt whose answer was lost)."""
         if self._observers or self.detach_requested or self.request is not None:
+            return None
+        if self.limit_requests:
             return None
         if self._admitted() is not None:
             return None

@@ -47,6 +47,8 @@ async def heartbeat(d: Driver) -> None:
         d.lease = await d.cfg.journal.renew(d.lease, ttl_s=ttl)
         if d.lease.request is not None:  # how a request from elsewhere arrives
             d.take_request(d.lease.request)
+        if d.lease.limits:
+            d.take_limits(d.lease.limits)
     except LeaseLost:
         if not d._ended:  # an end record releases the lease: nothing was lost
             log.error("run %s lost its lease; its next write is refused", d.run_id)
@@ -65,3 +67,5 @@ async def keep_lease_margin(d: Driver) -> None:
         d.lease = await d.cfg.journal.renew(d.lease, ttl_s=ttl)
         if d.lease.request is not None:
             d.take_request(d.lease.request)
+        if d.lease.limits:
+            d.take_limits(d.lease.limits)

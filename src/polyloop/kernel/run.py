@@ -38,7 +38,7 @@ import asyncio
 import logging
 
 from ..types import JournalError, RunDetached, RunResult, RunStarted, StopReason
-from . import cancelling, continuing, liveness, stopping
+from . import cancelling, continuing, liveness, retune, stopping
 from . import model_call as calling
 from . import wrap_up as wrapping
 from .driver import Driver, KernelConfig, build_result
@@ -78,6 +78,8 @@ class RunDriver(Driver):
                         return await self._end_requested(None)
                     if self.detach_requested:
                         raise RunDetached(self.run_id, len(st.steps))
+                    if self.limit_requests:  # Loop.set_limits, before A
+                        await self._retune()
                 result = await self._iteration()
             return result
         except asyncio.CancelledError:
@@ -95,6 +97,13 @@ class RunDriver(Driver):
                     await self.cfg.journal.release(self.lease)
                 except Exception:  # the lease will expire; nothing else to do
                     log.warning("run %s: could not release its lease", self.run_id, exc_info=True)
+
+    async def _retune(self) -> None:
+        pending, self.limit_requests = self.limit_requests, ()
+        st = self.state
+        st.limits = await retune.apply_pending(
+            self.cfg.journal, self.cfg.clock, self.lease, st.limits, pending
+        )
 
     async def _iteration(self) -> RunResult | None:
         begun = self._begun

@@ -46,6 +46,7 @@ from ._guards import (
     Verdict,
 )
 from ._ledger import FailureKnown, FailureSeen, TestEdit
+from ._limit_requests import RETUNABLE, LimitsRequest
 from ._limits import Limits, RetryPolicy
 from ._model_io import (
     Action,
@@ -110,6 +111,7 @@ __all__ = [
     "DEFAULT_TEMPLATES",
     "MAX_NESTING",
     "REPLACEMENT",
+    "RETUNABLE",
     "STEP_SCHEMA_VERSION",
     "TAMPERING_SIGNS",
     "Action",
@@ -153,6 +155,7 @@ __all__ = [
     "LeaseLost",
     "Limits",
     "LimitsChanged",
+    "LimitsRequest",
     "MalformedValue",
     "Message",
     "ModelAttemptFailed",

@@ -11,6 +11,7 @@ from typing import Any
 from ._enums import StopReason
 from ._fast import fast_init
 from ._ledger import TestEdit
+from ._limit_requests import LimitsRequest
 from ._limits import Limits
 from ._model_io import Message, ModelReply, TokenLogprob
 from ._records import PendingAction, RunTotals
@@ -46,12 +47,16 @@ class Lease:
     ``request``: the request to end the run stored in its ``runs`` row when the journal handed
     this lease out (``acquire``, ``renew``), or None; journals that take no requests leave it
     None. The owner learns of a request from it, with no read of its own.
+
+    ``limits``: the requests to change the run's budgets not applied yet when the journal
+    handed this lease out (oldest first); the owner applies them at its next step boundary.
     """
 
     run_id: str
     owner: str
     expires_at: float
     request: EndRequest | None = None
+    limits: tuple[LimitsRequest, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

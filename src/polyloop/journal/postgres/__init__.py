@@ -76,6 +76,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
 
@@ -85,6 +86,7 @@ from ...types import (
     EndRequest,
     JournalError,
     Lease,
+    LimitsRequest,
     Record,
     RequestResult,
     RunEnd,
@@ -97,6 +99,7 @@ from ...types import (
     record_json,
 )
 from .. import _approvals, _observations
+from .._limit_rows import limits_row, request_dict
 from .._owner import new_owner
 from .._reading import STEP_USAGE_FIELDS, check_page, list_runs_sql, listed_row, step_usage_query
 from .._request_rows import request_answer, request_row, stored_request
@@ -105,7 +108,7 @@ from .._sql import REQUEST_COLUMNS
 from .._versions import JOURNAL_SCHEMA_VERSION
 from . import _sql as sql
 from ._schema import check_schema, set_search_path
-from ._writes import _Writes
+from ._writes import _Writes, pending_limits
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -390,8 +393,9 @@ class PostgresJournal(_Writes):
                 row = await cur.fetchone()
                 if row is None:
                     raise await self._lease_lost(conn, lease)
+                limits = await pending_limits(conn, lease.run_id)
             # The request stored for the run, if any: how its owner learns of one.
-            return Lease(lease.run_id, lease.owner, local + ttl_s, stored_request(*row))
+            return Lease(lease.run_id, lease.owner, local + ttl_s, stored_request(*row), limits)
 
         return await self._guarded(run())
 
@@ -464,6 +468,48 @@ class PostgresJournal(_Writes):
             return written
 
         return await self._guarded(run())
+
+    async def request_limits(self, request: LimitsRequest) -> LimitsRequest:
+        """The ``LimitRequests`` seam: store ``request`` as the run's next ``requests`` row,
+        numbered under the run row's lock (no lease needed). Raises ``RunNotFound``."""
+
+        async def run() -> LimitsRequest:
+            async with self._connection() as conn, conn.transaction():
+                cur = await conn.execute(sql.RUN_LOCKED, (request.run_id,))
+                if await cur.fetchone() is None:
+                    raise RunNotFound(request.run_id)
+                cur = await conn.execute(sql.INSERT_REQUEST_ROW, limits_row(request))
+                row = await cur.fetchone()
+                assert row is not None
+            return replace(request, seq=int(row[0]))
+
+        return await self._guarded(run())
+
+    async def settle_requests(
+        self, run_id: str, settled: Sequence[tuple[int, str]], *, at: float
+    ) -> None:
+        """The ``LimitRequests`` seam: mark the run's requests (seq, outcome) settled."""
+
+        async def run() -> None:
+            async with self._connection() as conn, conn.transaction():
+                for seq, outcome in settled:
+                    await conn.execute(sql.SETTLE_REQUEST, (at, outcome, run_id, seq))
+
+        await self._guarded(run())
+
+    async def requests(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's rows of the ``requests`` table by ``seq`` (see
+        :meth:`SQLiteJournal.requests`; none in a journal of 2.0 no writer has opened yet).
+        Read-only."""
+        try:
+            async with self._connection() as conn:
+                cur = await conn.execute(sql.RUN_REQUESTS, (run_id,))
+                rows = await cur.fetchall()
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) == "42P01":  # no such table: journal schema 2.0
+                return []
+            raise
+        return [request_dict(r) for r in rows]
 
     async def pending_approvals(self) -> list[dict[str, Any]]:
         """The ``Approvals`` seam: the actions awaiting a decision, oldest request first."""

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from ...types import STEP_SCHEMA_VERSION, JournalError
-from .._sql import STATUS_CHECK, STEP_COLUMNS
+from .._sql import REQUESTS_DDL, STATUS_CHECK, STEP_COLUMNS
 from .._versions import (
     _ADDED_COLUMNS,
     JOURNAL_SCHEMA_VERSION,
@@ -122,6 +122,7 @@ _DDL: Final[tuple[str, ...]] = (
     *(_create_table(name) for name in _TABLE_COLUMNS),
     "CREATE INDEX runs_by_status ON runs (status, lease_expires_at)",
     "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
+    _pg_decl(REQUESTS_DDL),  # journal schema 2.1
 )
 
 
@@ -218,6 +219,7 @@ async def _migrate(conn: _Conn, where: str, namespace: str) -> None:
         if _level(old) < 4:  # 1.4: runs.status may be 'awaiting_approval'
             await conn.execute("ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_status_check")
             await conn.execute("ALTER TABLE runs ADD CONSTRAINT runs_status_check " + STATUS_CHECK)
+        await conn.execute(_pg_decl(REQUESTS_DDL))  # 2.1
         await conn.execute(
             "UPDATE meta SET value = %s WHERE key = 'journal_schema_version'",
             (JOURNAL_SCHEMA_VERSION,),

@@ -154,3 +154,10 @@ SET_STATUS = pg(_sql.SET_STATUS)
 UPSERT_CALL = pg(_sql.UPSERT_CALL)
 CALLS: Final = {op: pg(query) for op, query in _sql.CALLS.items()}
 WRITE_REQUEST = pg(_sql.WRITE_REQUEST)
+
+# The requests table (journal schema 2.1): the shared statements in PostgreSQL's placeholders.
+INSERT_REQUEST_ROW = pg(_sql.INSERT_REQUEST_ROW) + " RETURNING seq"
+PENDING_LIMITS = pg(_sql.PENDING_LIMITS)
+SETTLE_REQUEST = pg(_sql.SETTLE_REQUEST)
+RUN_REQUESTS = pg(_sql.RUN_REQUESTS)
+RUN_LOCKED = "SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE"

@@ -13,7 +13,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...types import JournalError, Lease, PolyLoopError, RunLeased, RunNotFound
+from ...types import JournalError, Lease, LimitsRequest, PolyLoopError, RunLeased, RunNotFound
+from .._limit_rows import limits_request
 from .._owner import owner_is_dead
 from .._request_rows import stored_request
 from .._rows import _Append
@@ -82,7 +83,8 @@ class _Writes:
                 row = await cur.fetchone()
                 if row is not None:
                     self._held[(run_id, owner)] = [int(row[0]), 0]  # seq: set after the read
-                    return Lease(run_id, owner, local + ttl_s, stored_request(*row[1:]))
+                    limits = await pending_limits(conn, run_id)
+                    return Lease(run_id, owner, local + ttl_s, stored_request(*row[1:]), limits)
                 cur = await conn.execute(sql.LEASE_OF, (run_id,))
                 current = await cur.fetchone()
                 if current is None:
@@ -346,3 +348,9 @@ class _Writes:
             raise JournalError(
                 f"PostgreSQL journal {self.where}: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+async def pending_limits(conn: _Conn, run_id: str) -> tuple[LimitsRequest, ...]:
+    """The run's requests to change its budgets that no owner has applied yet."""
+    cur = await conn.execute(sql.PENDING_LIMITS, (run_id,))
+    return tuple(limits_request(r) for r in await cur.fetchall())
