@@ -999,7 +999,7 @@ async def test_an_unknown_major_version_is_refused_naming_both_versions(
     before = await damaged_run(store, f"UPDATE meta SET value = '{version}' WHERE key = '{key}'")
     with pytest.raises(JournalError) as info:
         await store.open()
-    ours = "2.0" if key == "journal_schema_version" else "1.0"  # this PolyLoop's version
+    ours = "2.1" if key == "journal_schema_version" else "1.0"  # this PolyLoop's version
     assert repr(version) in str(info.value) and ours in str(info.value)
     assert "upgrade polyloop" in str(info.value)
     assert store.snapshot() == before
@@ -1009,7 +1009,7 @@ async def test_a_run_of_an_unknown_major_version_is_refused(journal_backend: Sto
     store = journal_backend
     before = await damaged_run(store, "UPDATE runs SET journal_schema_version = '9.0'")
     async with store.journal() as journal:
-        with pytest.raises(JournalError, match=r"'9\.0'.*2\.0"):
+        with pytest.raises(JournalError, match=r"'9\.0'.*2\.1"):
             await new_loop(World(), journal).resume("r")
     assert store.snapshot() == before
 
@@ -1072,7 +1072,7 @@ async def test_a_new_store_gets_the_tables_and_journals_opening_it_at_once_agree
     finally:
         for journal in journals:
             await journal.aclose()
-    assert meta == {"journal_schema_version": "2.0", "step_schema_version": "1.0"}
+    assert meta == {"journal_schema_version": "2.1", "step_schema_version": "1.0"}
     assert store.sql("SELECT count(*) FROM runs") == [(4,)]
 
 

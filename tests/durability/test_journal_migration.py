@@ -102,7 +102,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     await a_1_0_journal(store)
     assert journal_version(store) == "1.0"
     async with store.journal() as journal:
-        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "2.0"
+        assert journal_version(store) == JOURNAL_SCHEMA_VERSION == "2.1"
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
     assert r.stop_reason == StopReason.task_completed and r.steps_used == 6
@@ -112,7 +112,7 @@ async def test_a_writer_migrates_a_1_0_journal_and_the_run_goes_on(journal_backe
     assert store.sql("SELECT journal_schema_version FROM runs") == [("1.0",)]
     async with store.journal() as journal:  # migrated once: a second writer changes nothing
         await new_loop(World(), journal).run("pay", run_id="new")
-    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("2.0",)]
+    assert sorted(store.sql("SELECT journal_schema_version FROM runs")) == [("1.0",), ("2.1",)]
 
 
 async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_columns(
@@ -123,7 +123,7 @@ async def test_a_writer_migrates_a_1_1_journal_and_new_attempts_fill_the_new_col
     store.damage(*TO_1_1)
     assert "model" not in step_columns(store)
     async with store.journal() as journal:
-        assert journal_version(store) == "2.0"
+        assert journal_version(store) == "2.1"
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     assert "model" in step_columns(store) and "replaced_chars" in step_columns(store)
@@ -140,7 +140,7 @@ async def test_a_writer_migrates_a_1_2_journal_and_the_end_sets_the_run_totals(
     await crashed_run(store)
     store.damage(*TO_1_2)
     async with store.journal() as journal:
-        assert journal_version(store) == "2.0"
+        assert journal_version(store) == "2.1"
         r = await new_loop(World(), journal).resume("r")
     assert r.stop_reason == StopReason.task_completed
     (row,) = store.rows(
@@ -159,7 +159,7 @@ async def test_a_writer_migrates_a_1_2_journal_and_its_runs_take_requests(
     store.damage(*TO_1_2)
     assert "request" not in store.rows("SELECT * FROM runs")[0]
     async with store.journal() as journal:
-        assert journal_version(store) == "2.0"
+        assert journal_version(store) == "2.1"
         listed = await journal.list_runs(run_id="r")
         assert [listed[0][c] for c in _REQUEST_COLUMNS] == [None] * 4  # nothing asked yet
         answer = await new_loop(World(), journal).stop("r", "migrated", by="me")
@@ -178,7 +178,7 @@ async def test_a_writer_migrates_a_1_3_journal_and_its_steps_have_outcome_unknow
     assert "outcome_unknown" not in step_columns(store)
     async with store.journal() as journal:
         assert {s.outcome_unknown for s in await journal.steps("r")} == {None}
-        assert journal_version(store) == "2.0"
+        assert journal_version(store) == "2.1"
         r = await new_loop(World(), journal).resume("r")
         assert await journal.steps("r") == list(r.steps)
     assert r.stop_reason == StopReason.task_completed
@@ -278,7 +278,7 @@ async def test_a_writer_migrates_a_1_3_journal_and_its_runs_can_park(
     with pytest.raises(Exception, match=r"(?i)check"):  # a 1.3 table refuses the status
         store.damage("UPDATE runs SET status = 'awaiting_approval'")
     async with store.journal() as journal:
-        assert journal_version(store) == "2.0"
+        assert journal_version(store) == "2.1"
         world = Mailer()
         with pytest.raises(ApprovalRequired):
             await Loop(FunctionModel(mail_then_answer), tools=world.tools, journal=journal,

@@ -158,7 +158,7 @@ async def test_a_1_x_journal_is_read_and_migrated(
     async with store.journal() as journal:
         r = await large_loop(journal).resume("old")
         _, records = await journal.read("old")
-    assert store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'") == [("2.0",)]
+    assert store.sql("SELECT value FROM meta WHERE key = 'journal_schema_version'") == [("2.1",)]
     ref = await large_loop(RecordingJournal()).run("read", run_id="ref")
     assert [comparable(s) for s in r.steps] == [comparable(s) for s in ref.steps]
     assert [x.step for x in records if isinstance(x, StepWritten)] == list(r.steps)
@@ -180,7 +180,7 @@ async def test_a_polyloop_that_reads_only_major_1_refuses_a_2_0_journal_in_one_l
         await store.open()
     message = str(info.value)
     assert "\n" not in message
-    assert "'2.0'" in message and "1.4" in message and "upgrade polyloop" in message
+    assert "'2.1'" in message and "1.4" in message and "upgrade polyloop" in message
     assert store.snapshot() == before
 
 

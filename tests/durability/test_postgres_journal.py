@@ -314,7 +314,7 @@ async def test_a_new_schema_gets_the_tables_and_two_journals_opening_it_agree(
             await j.aclose()
         with pg.connect(pg_dsn) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-    assert meta == {"journal_schema_version": "2.0", "step_schema_version": "1.0"}
+    assert meta == {"journal_schema_version": "2.1", "step_schema_version": "1.0"}
 
 
 # -- settings and the server ------------------------------------------------------------------

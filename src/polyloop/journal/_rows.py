@@ -7,6 +7,7 @@ statements (:mod:`polyloop.journal._sql`) take these rows as they are, and by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,10 +30,12 @@ from ..types import (
     RunSpec,
     StepRecord,
     StepWritten,
+    TokenLogprob,
     Usage,
     canonical_json,
     record_from_dict,
 )
+from ..types._logprob_form import logprobs_from_form, logprobs_json
 from ._observations import refilled, stored_json
 from ._sql import STEP_BOOLS as _STEP_BOOLS
 from ._sql import STEP_NAMES as _STEP_NAMES
@@ -89,13 +92,13 @@ def intent_row(run_id: str, r: ModelIntent) -> tuple[Any, ...]:
 def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) -> tuple[Any, ...]:
     """The ``model_calls`` row an attempt's outcome upserts: run_id, step_idx, intent_id,
     attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
-    response_model, cached_tokens, reasoning_tokens, cost_usd (``model`` stays as its intent
-    wrote it)."""
+    response_model, cached_tokens, reasoning_tokens, cost_usd, logprobs (``model`` stays as
+    its intent wrote it; ``logprobs``: :func:`logprobs_text`)."""
     head = (run_id, r.step_idx, r.intent_id, r.attempt)
     if not isinstance(r, ModelResult):
         state = "retried" if isinstance(r, ModelAttemptFailed) else "failed"
         error = _error_text(r.error)
-        return (*head, None, state, None, None, r.latency_ms, error, None, None, None, None)
+        return (*head, None, state, None, None, r.latency_ms, error, None, None, None, None, None)
     u = r.reply.usage or _NO_USAGE
     return (
         *head,
@@ -109,10 +112,38 @@ def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) ->
         u.cached_tokens,
         u.reasoning_tokens,
         r.cost_usd,
+        None if r.reply.logprobs is None else logprobs_text(r.reply.logprobs),
     )
 
 
 _NO_USAGE = Usage()
+
+
+def logprobs_text(tokens: tuple[TokenLogprob, ...]) -> str:
+    """An attempt's ``model_calls.logprobs`` (journal schema 2.1): one JSON array of the chat
+    export's form (``types._logprob_form``). The ``model_result`` record's reply leaves them
+    out (:func:`~polyloop.types.record_json` writes none): the column is their one home."""
+    return json.dumps(logprobs_json(tokens), ensure_ascii=False, separators=(",", ":"))
+
+
+def with_logprobs(
+    record: Record, logprobs: Mapping[tuple[str, int], str], run_id: str, seq: int
+) -> Record:
+    """``record`` with its attempt's log-probabilities put back on its reply when ``logprobs``
+    (``_sql.READ_LOGPROBS``' rows by (intent_id, attempt)) holds them; ``JournalError`` when
+    the column is damaged."""
+    if type(record) is not ModelResult:
+        return record
+    text = logprobs.get((record.intent_id, record.attempt))
+    if text is None:
+        return record
+    try:
+        tokens = logprobs_from_form(json.loads(text))
+    except (TypeError, ValueError, KeyError, RecursionError) as exc:
+        raise _damaged(
+            run_id, seq, f"has a damaged model_calls.logprobs ({type(exc).__name__}: {exc})"
+        ) from exc
+    return dataclasses.replace(record, reply=dataclasses.replace(record.reply, logprobs=tokens))
 
 
 # -- one append's rows (on the caller's thread) -------------------------------------------------
@@ -240,10 +271,15 @@ def _damaged(run_id: str, seq: int, why: str) -> JournalError:
 
 
 def _parse_run(
-    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]], large: Mapping[int, str]
+    run_id: str,
+    row: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    large: Mapping[int, str],
+    logprobs: Mapping[tuple[str, int], str],
 ) -> tuple[RunSpec, tuple[Record, ...]]:
-    """A run's spec and records from its ``runs`` row, ``journal`` rows and large
-    ``steps.observation`` texts (``_observations.READ_LARGE``, read after the records; any
+    """A run's spec and records from its ``runs`` row, ``journal`` rows, large
+    ``steps.observation`` texts (``_observations.READ_LARGE``) and attempts' log-probabilities
+    (``_sql.READ_LOGPROBS`` by (intent_id, attempt)), both read after the records (any
     backend).
 
     Raises:
@@ -276,7 +312,8 @@ def _parse_run(
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
         try:
-            records.append(refilled(record_from_dict(data), data, records, large))
+            record = refilled(record_from_dict(data), data, records, large)
         except JournalError as exc:
             raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
+        records.append(with_logprobs(record, logprobs, run_id, seq) if logprobs else record)
     return spec, tuple(records)
