@@ -129,7 +129,8 @@ async def test_the_logprobs_live_in_model_calls_not_in_the_journal_body(
             ],
         },
     ]
-    assert store.sql("SELECT count(*) FROM journal WHERE body LIKE '%logprob%'") == [(0,)]
+    # The bodies leave them out and say where they are.
+    assert store.sql("SELECT count(*) FROM journal WHERE body LIKE '%\"logprob\"%'") == [(0,)]
 
 
 async def test_sql_joins_each_token_to_its_step(journal_backend: Store) -> None:
@@ -229,3 +230,14 @@ async def test_a_damaged_logprobs_column_is_refused_in_one_line(
             await journal.read("lp")
     message = str(info.value)
     assert "\n" not in message and "model_calls.logprobs" in message and "'lp'" in message
+
+
+async def test_a_marked_result_whose_column_is_null_is_damage(journal_backend: Store) -> None:
+    store = journal_backend
+    async with store.journal() as journal:
+        await loop(journal).run("add", run_id="lp")
+    assert store.sql("SELECT count(*) FROM journal WHERE body LIKE '%logprobs_in%'") == [(2,)]
+    store.damage("UPDATE model_calls SET logprobs = NULL WHERE step_idx = 1")
+    async with store.journal() as journal:
+        with pytest.raises(JournalError, match=r"no model_calls\.logprobs to read"):
+            await journal.read("lp")

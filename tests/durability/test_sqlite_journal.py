@@ -81,7 +81,7 @@ async def test_an_empty_file_gets_the_schema_in_wal_mode(store: SQLiteStore) -> 
         await journal.create(spec(), ttl_s=1)
     assert store.sql("PRAGMA journal_mode") == [("wal",)]
     meta = dict(store.sql("SELECT key, value FROM meta"))
-    assert meta == {"journal_schema_version": "2.0", "step_schema_version": "1.0"}
+    assert meta == {"journal_schema_version": "2.1", "step_schema_version": "1.0"}
 
 
 def _open_together(path: Path, n: int) -> list[BaseException]:

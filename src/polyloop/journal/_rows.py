@@ -121,22 +121,48 @@ _NO_USAGE = Usage()
 
 def logprobs_text(tokens: tuple[TokenLogprob, ...]) -> str:
     """An attempt's ``model_calls.logprobs`` (journal schema 2.1): one JSON array of the chat
-    export's form (``types._logprob_form``). The ``model_result`` record's reply leaves them
-    out (:func:`~polyloop.types.record_json` writes none): the column is their one home."""
+    export's form (``types._logprob_form``), their only copy: the ``model_result`` record's
+    reply leaves them out (:func:`~polyloop.types.record_json` writes none) and says where they
+    are (:data:`LOGPROBS_MARK`)."""
     return json.dumps(logprobs_json(tokens), ensure_ascii=False, separators=(",", ":"))
 
 
-def with_logprobs(
-    record: Record, logprobs: Mapping[tuple[str, int], str], run_id: str, seq: int
+_LOGPROBS_IN = "logprobs_in"
+_RESULT_KIND = '"kind":"model_result",'
+LOGPROBS_MARK = f'"kind":"model_result","{_LOGPROBS_IN}":"model_calls",'
+"""In the ``journal.body`` of a ``model_result`` whose reply carried log-probabilities: they
+are in its attempt's ``model_calls.logprobs``, written in the same transaction. A reader reads
+that column (``_sql.READ_LOGPROBS``) only for a run with such a record (:func:`has_logprobs`);
+a PolyLoop of 2.0 ignores the key and reads the reply without them."""
+
+
+def has_logprobs(rows: Iterable[Sequence[Any]]) -> bool:
+    """Some of a run's ``journal`` rows (seq, kind, body) keep their log-probabilities in
+    ``model_calls`` (:data:`LOGPROBS_MARK`)."""
+    return any(kind == "model_result" and LOGPROBS_MARK in body for _, kind, body in rows)
+
+
+def _with_logprobs(
+    record: Record,
+    data: Mapping[str, Any],
+    logprobs: Mapping[tuple[str, int], str],
+    run_id: str,
+    seq: int,
 ) -> Record:
-    """``record`` with its attempt's log-probabilities put back on its reply when ``logprobs``
-    (``_sql.READ_LOGPROBS``' rows by (intent_id, attempt)) holds them; ``JournalError`` when
-    the column is damaged."""
-    if type(record) is not ModelResult:
+    """``record`` (read from the body ``data``) with its attempt's log-probabilities put back
+    on its reply when its body says they are in ``model_calls`` (``logprobs``: the run's
+    ``_sql.READ_LOGPROBS`` rows by (intent_id, attempt)); ``JournalError`` when the column is
+    missing or damaged."""
+    where = data.get(_LOGPROBS_IN)
+    if where is None:
         return record
-    text = logprobs.get((record.intent_id, record.attempt))
-    if text is None:
-        return record
+    text = None
+    if isinstance(record, ModelResult):
+        text = logprobs.get((record.intent_id, record.attempt))
+    if where != "model_calls" or text is None or not isinstance(record, ModelResult):
+        raise _damaged(
+            run_id, seq, f"has {_LOGPROBS_IN}={where!r} but no model_calls.logprobs to read"
+        )
     try:
         tokens = logprobs_from_form(json.loads(text))
     except (TypeError, ValueError, KeyError, RecursionError) as exc:
@@ -175,14 +201,17 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     run_id = lease.run_id
     p = _Append(lease)
     for before, r, after in zip((None, *records), records, (*records[1:], None), strict=False):
-        p.rows.append((r.kind, stored_json(r, before, after)))
+        body = stored_json(r, before, after)
         match r:
             case ModelIntent():
                 if r.attempt > 1:  # earlier attempts of this intent still pending: lost
                     p.calls.append(("uncertain", (r.intent_id, r.attempt)))
                 p.calls.append(("intent", intent_row(run_id, r)))
             case ModelResult() | ModelAttemptFailed() | ModelFailure():
-                p.calls.append(("upsert", call_row(run_id, r)))
+                row = call_row(run_id, r)
+                p.calls.append(("upsert", row))
+                if row[-1] is not None:  # its log-probabilities are in model_calls only
+                    body = body.replace(_RESULT_KIND, LOGPROBS_MARK, 1)
             case StepWritten(step):
                 p.steps.append((run_id, *_step_row(step)))
                 p.executed += step.action_status == "executed"
@@ -193,6 +222,7 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                 p.status = STATUS_AFTER[r.kind]
             case _:
                 pass
+        p.rows.append((r.kind, body))
     return p
 
 
@@ -279,8 +309,8 @@ def _parse_run(
 ) -> tuple[RunSpec, tuple[Record, ...]]:
     """A run's spec and records from its ``runs`` row, ``journal`` rows, large
     ``steps.observation`` texts (``_observations.READ_LARGE``) and attempts' log-probabilities
-    (``_sql.READ_LOGPROBS`` by (intent_id, attempt)), both read after the records (any
-    backend).
+    (``_sql.READ_LOGPROBS`` by (intent_id, attempt); may be empty when no record is marked,
+    :func:`has_logprobs`), both read after the records (any backend).
 
     Raises:
         JournalError: a field, a record or the ``seq`` numbering is damaged.
@@ -315,5 +345,5 @@ def _parse_run(
             record = refilled(record_from_dict(data), data, records, large)
         except JournalError as exc:
             raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
-        records.append(with_logprobs(record, logprobs, run_id, seq) if logprobs else record)
+        records.append(_with_logprobs(record, data, logprobs, run_id, seq))
     return spec, tuple(records)

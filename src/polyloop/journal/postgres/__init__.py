@@ -347,6 +347,7 @@ class PostgresJournal(_Writes):
                 run_cur = await conn.execute(sql.READ_RUN, (run_id,))
                 rec_cur = await conn.execute(sql.READ_RECORDS, (run_id,))
                 big = await conn.execute(sql.READ_LARGE, (run_id, _observations.SHARED_ABOVE))
+                # In the same round trip: none when no record is marked (_rows.has_logprobs).
                 lp_cur = await conn.execute(sql.READ_LOGPROBS, (run_id,))
             row, rows = await run_cur.fetchone(), await rec_cur.fetchall()
             large = dict(await big.fetchall())
