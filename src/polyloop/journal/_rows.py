@@ -7,6 +7,7 @@ statements (:mod:`polyloop.journal._sql`) take these rows as they are, and by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,10 +30,12 @@ from ..types import (
     RunSpec,
     StepRecord,
     StepWritten,
+    TokenLogprob,
     Usage,
     canonical_json,
     record_from_dict,
 )
+from ..types._logprob_form import logprobs_from_form, logprobs_json
 from ._observations import refilled, stored_json
 from ._sql import STEP_BOOLS as _STEP_BOOLS
 from ._sql import STEP_NAMES as _STEP_NAMES
@@ -89,13 +92,13 @@ def intent_row(run_id: str, r: ModelIntent) -> tuple[Any, ...]:
 def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) -> tuple[Any, ...]:
     """The ``model_calls`` row an attempt's outcome upserts: run_id, step_idx, intent_id,
     attempt, llm_call_id, state, input_tokens, output_tokens, latency_ms, error,
-    response_model, cached_tokens, reasoning_tokens, cost_usd (``model`` stays as its intent
-    wrote it)."""
+    response_model, cached_tokens, reasoning_tokens, cost_usd, logprobs (``model`` stays as
+    its intent wrote it; ``logprobs``: :func:`logprobs_text`)."""
     head = (run_id, r.step_idx, r.intent_id, r.attempt)
     if not isinstance(r, ModelResult):
         state = "retried" if isinstance(r, ModelAttemptFailed) else "failed"
         error = _error_text(r.error)
-        return (*head, None, state, None, None, r.latency_ms, error, None, None, None, None)
+        return (*head, None, state, None, None, r.latency_ms, error, None, None, None, None, None)
     u = r.reply.usage or _NO_USAGE
     return (
         *head,
@@ -109,10 +112,64 @@ def call_row(run_id: str, r: ModelResult | ModelAttemptFailed | ModelFailure) ->
         u.cached_tokens,
         u.reasoning_tokens,
         r.cost_usd,
+        None if r.reply.logprobs is None else logprobs_text(r.reply.logprobs),
     )
 
 
 _NO_USAGE = Usage()
+
+
+def logprobs_text(tokens: tuple[TokenLogprob, ...]) -> str:
+    """An attempt's ``model_calls.logprobs`` (journal schema 2.1): one JSON array of the chat
+    export's form (``types._logprob_form``), their only copy: the ``model_result`` record's
+    reply leaves them out (:func:`~polyloop.types.record_json` writes none) and says where they
+    are (:data:`LOGPROBS_MARK`)."""
+    return json.dumps(logprobs_json(tokens), ensure_ascii=False, separators=(",", ":"))
+
+
+_LOGPROBS_IN = "logprobs_in"
+_RESULT_KIND = '"kind":"model_result",'
+LOGPROBS_MARK = f'"kind":"model_result","{_LOGPROBS_IN}":"model_calls",'
+"""In the ``journal.body`` of a ``model_result`` whose reply carried log-probabilities: they
+are in its attempt's ``model_calls.logprobs``, written in the same transaction. A reader reads
+that column (``_sql.READ_LOGPROBS``) only for a run with such a record (:func:`has_logprobs`);
+a PolyLoop of 2.0 ignores the key and reads the reply without them."""
+
+
+def has_logprobs(rows: Iterable[Sequence[Any]]) -> bool:
+    """Some of a run's ``journal`` rows (seq, kind, body) keep their log-probabilities in
+    ``model_calls`` (:data:`LOGPROBS_MARK`)."""
+    return any(kind == "model_result" and LOGPROBS_MARK in body for _, kind, body in rows)
+
+
+def _with_logprobs(
+    record: Record,
+    data: Mapping[str, Any],
+    logprobs: Mapping[tuple[str, int], str],
+    run_id: str,
+    seq: int,
+) -> Record:
+    """``record`` (read from the body ``data``) with its attempt's log-probabilities put back
+    on its reply when its body says they are in ``model_calls`` (``logprobs``: the run's
+    ``_sql.READ_LOGPROBS`` rows by (intent_id, attempt)); ``JournalError`` when the column is
+    missing or damaged."""
+    where = data.get(_LOGPROBS_IN)
+    if where is None:
+        return record
+    text = None
+    if isinstance(record, ModelResult):
+        text = logprobs.get((record.intent_id, record.attempt))
+    if where != "model_calls" or text is None or not isinstance(record, ModelResult):
+        raise _damaged(
+            run_id, seq, f"has {_LOGPROBS_IN}={where!r} but no model_calls.logprobs to read"
+        )
+    try:
+        tokens = logprobs_from_form(json.loads(text))
+    except (TypeError, ValueError, KeyError, RecursionError) as exc:
+        raise _damaged(
+            run_id, seq, f"has a damaged model_calls.logprobs ({type(exc).__name__}: {exc})"
+        ) from exc
+    return dataclasses.replace(record, reply=dataclasses.replace(record.reply, logprobs=tokens))
 
 
 # -- one append's rows (on the caller's thread) -------------------------------------------------
@@ -144,14 +201,17 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
     run_id = lease.run_id
     p = _Append(lease)
     for before, r, after in zip((None, *records), records, (*records[1:], None), strict=False):
-        p.rows.append((r.kind, stored_json(r, before, after)))
+        body = stored_json(r, before, after)
         match r:
             case ModelIntent():
                 if r.attempt > 1:  # earlier attempts of this intent still pending: lost
                     p.calls.append(("uncertain", (r.intent_id, r.attempt)))
                 p.calls.append(("intent", intent_row(run_id, r)))
             case ModelResult() | ModelAttemptFailed() | ModelFailure():
-                p.calls.append(("upsert", call_row(run_id, r)))
+                row = call_row(run_id, r)
+                p.calls.append(("upsert", row))
+                if row[-1] is not None:  # its log-probabilities are in model_calls only
+                    body = body.replace(_RESULT_KIND, LOGPROBS_MARK, 1)
             case StepWritten(step):
                 p.steps.append((run_id, *_step_row(step)))
                 p.executed += step.action_status == "executed"
@@ -162,6 +222,7 @@ def _prepare(lease: Lease, records: Sequence[Record]) -> _Append:
                 p.status = STATUS_AFTER[r.kind]
             case _:
                 pass
+        p.rows.append((r.kind, body))
     return p
 
 
@@ -240,11 +301,16 @@ def _damaged(run_id: str, seq: int, why: str) -> JournalError:
 
 
 def _parse_run(
-    run_id: str, row: Sequence[Any], rows: Sequence[Sequence[Any]], large: Mapping[int, str]
+    run_id: str,
+    row: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    large: Mapping[int, str],
+    logprobs: Mapping[tuple[str, int], str],
 ) -> tuple[RunSpec, tuple[Record, ...]]:
-    """A run's spec and records from its ``runs`` row, ``journal`` rows and large
-    ``steps.observation`` texts (``_observations.READ_LARGE``, read after the records; any
-    backend).
+    """A run's spec and records from its ``runs`` row, ``journal`` rows, large
+    ``steps.observation`` texts (``_observations.READ_LARGE``) and attempts' log-probabilities
+    (``_sql.READ_LOGPROBS`` by (intent_id, attempt); may be empty when no record is marked,
+    :func:`has_logprobs`), both read after the records (any backend).
 
     Raises:
         JournalError: a field, a record or the ``seq`` numbering is damaged.
@@ -276,7 +342,8 @@ def _parse_run(
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise _damaged(run_id, seq, f"does not match its kind {kind!r}")
         try:
-            records.append(refilled(record_from_dict(data), data, records, large))
+            record = refilled(record_from_dict(data), data, records, large)
         except JournalError as exc:
             raise _damaged(run_id, seq, f"cannot be read ({exc})") from exc
+        records.append(_with_logprobs(record, data, logprobs, run_id, seq))
     return spec, tuple(records)

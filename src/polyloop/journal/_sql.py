@@ -116,14 +116,18 @@ UPSERT_SET: Final = """
         output_tokens = excluded.output_tokens, latency_ms = excluded.latency_ms,
         error = excluded.error, response_model = excluded.response_model,
         cached_tokens = excluded.cached_tokens, reasoning_tokens = excluded.reasoning_tokens,
-        cost_usd = excluded.cost_usd"""
+        cost_usd = excluded.cost_usd, logprobs = excluded.logprobs"""
 UPSERT_CALL: Final = (
     """INSERT INTO model_calls (run_id, step_idx, intent_id, attempt, llm_call_id,
         state, input_tokens, output_tokens, latency_ms, error, response_model, cached_tokens,
-        reasoning_tokens, cost_usd)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+        reasoning_tokens, cost_usd, logprobs)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
     + UPSERT_SET
 )
+# An answered attempt's log-probabilities (journal schema 2.1), put back on its ModelResult by
+# every reader of the run's records (``_rows._parse_run``).
+READ_LOGPROBS: Final = """SELECT intent_id, attempt, logprobs FROM model_calls
+    WHERE run_id = ? AND logprobs IS NOT NULL"""
 CALLS: Final = {"intent": INSERT_INTENT, "uncertain": MARK_UNCERTAIN, "upsert": UPSERT_CALL}
 """The ``model_calls`` statement of each op of an append's accounts (``_rows._Append.calls``)."""
 # A parked run (journal schema 1.4): ``awaiting_approval`` with its approval request,

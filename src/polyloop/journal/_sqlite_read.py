@@ -12,8 +12,8 @@ from ..types import Record, RunNotFound, RunSpec, StepRecord
 from . import _observations
 from ._observations import READ_LARGE
 from ._reading import STEP_USAGE_FIELDS, list_runs_sql, listed_row, step_usage_query
-from ._rows import _parse_run, _steps_of
-from ._sql import READ_RECORDS, READ_RUN, REQUEST_COLUMNS, RUN_FOUND
+from ._rows import _parse_run, _steps_of, has_logprobs
+from ._sql import READ_LOGPROBS, READ_RECORDS, READ_RUN, REQUEST_COLUMNS, RUN_FOUND
 from ._sqlite_damage import _Health
 from ._sqlite_schema import _READ_STEPS, _open_read_only
 from ._sqlite_writer import _Readers
@@ -26,7 +26,14 @@ def _read_run(conn: sqlite3.Connection, run_id: str) -> tuple[RunSpec, tuple[Rec
     rows = conn.execute(READ_RECORDS, (run_id,)).fetchall()
     # After the records: a result's steps row was written with it and is never changed.
     large = dict(conn.execute(READ_LARGE, (run_id, _observations.SHARED_ABOVE)).fetchall())
-    return _parse_run(run_id, row, rows, large)
+    logprobs = _logprobs(conn, run_id) if has_logprobs(rows) else {}
+    return _parse_run(run_id, row, rows, large, logprobs)
+
+
+def _logprobs(conn: sqlite3.Connection, run_id: str) -> dict[tuple[str, int], str]:
+    """The run's attempts' ``model_calls.logprobs`` by (intent_id, attempt)."""
+    rows = conn.execute(READ_LOGPROBS, (run_id,)).fetchall()
+    return {(intent_id, attempt): text for intent_id, attempt, text in rows}
 
 
 def _read_steps(conn: sqlite3.Connection, run_id: str) -> list[StepRecord]:

@@ -97,6 +97,7 @@ _DDL: tuple[str, ...] = (
     cached_tokens INTEGER,
     reasoning_tokens INTEGER,
     cost_usd REAL,
+    logprobs TEXT,
     PRIMARY KEY (intent_id, attempt)
 )""",
     "CREATE INDEX model_calls_by_run ON model_calls (run_id, step_idx)",
@@ -258,11 +259,11 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'journal_schema_version'").fetchone()
         old = row[0]
         if _needs_migration(old):
-            for minor, table, column, decl in _ADDED_COLUMNS:
+            for added, table, column, decl in _ADDED_COLUMNS:
                 have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-                if minor > _level(old) and column not in have:
+                if added > _level(old) and column not in have:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-            if _level(old) < 4:
+            if _level(old) < (1, 4):
                 _widen_status(conn)
             conn.execute(REQUESTS_DDL)  # 2.1
             conn.execute(

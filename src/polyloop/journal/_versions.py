@@ -38,34 +38,41 @@ as before). A PolyLoop of major 1 would read such a step with no observation, so
 2.1 added the table ``requests`` (a run's requests other than its end request, one row each:
 ``run_id``, ``seq``, ``kind`` (``limits``), ``values_json``, ``requested_by``, ``reason``,
 ``requested_at``, ``applied_at``, ``outcome``; see :class:`polyloop.types.LimitsRequest`). A
-journal of 2.0 lacks it until a writer opens it; a reader takes its absence for no requests."""
+journal of 2.0 lacks it until a writer opens it; a reader takes its absence for no requests.
+
+2.1 also added ``model_calls.logprobs`` (nullable): an answered attempt's log-probabilities as one
+JSON array, when its model recorded them (the ``model_result`` record's reply leaves them out).
+A PolyLoop of 2.0 reads a 2.1 journal and ignores the column (its runs read without them)."""
 _READ_MAJORS = (1, 2)
 """The journal schema majors this PolyLoop reads (1: every step record holds its observation)."""
 _STEP_MAJOR = 1
-_LAST_1X = 4
-"""The last minor of major 1: a journal of major 2 has every column 1.1 to 1.4 added."""
 
-# The columns each minor version of major 1 added: (minor, table, column, decl). A journal of
-# an older minor lacks them (it is read all the same: the step reader gives the fields their
-# defaults); a writer adds them when it opens one (``_migrate``). 2.0 added no column.
-_ADDED_COLUMNS: tuple[tuple[int, str, str, str], ...] = (
-    (1, "steps", "replaced_chars", "INTEGER NOT NULL DEFAULT 0"),
-    (2, "steps", "model", "TEXT"),
-    (2, "model_calls", "model", "TEXT"),
-    (2, "model_calls", "response_model", "TEXT"),
-    (2, "model_calls", "cached_tokens", "INTEGER"),
-    (2, "model_calls", "reasoning_tokens", "INTEGER"),
-    (3, "steps", "wrap_up", "INTEGER NOT NULL DEFAULT 0"),
-    (3, "model_calls", "cost_usd", "REAL"),
-    (3, "runs", "tokens_used", "INTEGER"),
-    (3, "runs", "cost_usd", "REAL"),
-    (3, "runs", "active_seconds", "REAL"),
-    (3, "runs", "usage_missing", "INTEGER"),
-    (3, "runs", "request", "TEXT CHECK (request IN ('stop', 'cancel'))"),
-    (3, "runs", "request_reason", "TEXT"),
-    (3, "runs", "requested_by", "TEXT"),
-    (3, "runs", "requested_at", "REAL"),
-    (4, "steps", "outcome_unknown", "TEXT"),
+Level = tuple[int, int]
+"""A journal schema version as (major, minor), compared in that order."""
+
+# The columns each minor version added: ((major, minor), table, column, decl). A journal of an
+# older version lacks them (it is read all the same: the step reader gives the fields their
+# defaults, the readers of ``model_calls.logprobs`` none); a writer adds them when it opens one
+# (``_migrate``). 2.0 added no column.
+_ADDED_COLUMNS: tuple[tuple[Level, str, str, str], ...] = (
+    ((1, 1), "steps", "replaced_chars", "INTEGER NOT NULL DEFAULT 0"),
+    ((1, 2), "steps", "model", "TEXT"),
+    ((1, 2), "model_calls", "model", "TEXT"),
+    ((1, 2), "model_calls", "response_model", "TEXT"),
+    ((1, 2), "model_calls", "cached_tokens", "INTEGER"),
+    ((1, 2), "model_calls", "reasoning_tokens", "INTEGER"),
+    ((1, 3), "steps", "wrap_up", "INTEGER NOT NULL DEFAULT 0"),
+    ((1, 3), "model_calls", "cost_usd", "REAL"),
+    ((1, 3), "runs", "tokens_used", "INTEGER"),
+    ((1, 3), "runs", "cost_usd", "REAL"),
+    ((1, 3), "runs", "active_seconds", "REAL"),
+    ((1, 3), "runs", "usage_missing", "INTEGER"),
+    ((1, 3), "runs", "request", "TEXT CHECK (request IN ('stop', 'cancel'))"),
+    ((1, 3), "runs", "request_reason", "TEXT"),
+    ((1, 3), "runs", "requested_by", "TEXT"),
+    ((1, 3), "runs", "requested_at", "REAL"),
+    ((1, 4), "steps", "outcome_unknown", "TEXT"),
+    ((2, 1), "model_calls", "logprobs", "TEXT"),
 )
 
 
@@ -82,10 +89,10 @@ def _minor(version: object) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _level(version: object) -> int:
-    """The last minor of major 1 whose columns a journal of ``version`` has: its minor for a
-    1.x journal, every one (``_LAST_1X``) for a later major."""
-    return _minor(version) if _major(version) == 1 else _LAST_1X
+def _level(version: object) -> Level:
+    """``version`` as (major, minor): a journal of it has the columns every version up to it
+    added (``_ADDED_COLUMNS``)."""
+    return (_major(version) or 0, _minor(version))
 
 
 def _check_journal_version(version: object, where: str) -> None:
@@ -101,13 +108,12 @@ def _check_journal_version(version: object, where: str) -> None:
 def _lacking_allowed(version: object) -> frozenset[tuple[str, str]]:
     """(table, column) pairs a journal of schema ``version`` may lack: added by later minors."""
     level = _level(version)
-    return frozenset((t, c) for m, t, c, _ in _ADDED_COLUMNS if m > level)
+    return frozenset((t, c) for added, t, c, _ in _ADDED_COLUMNS if added > level)
 
 
 def _needs_migration(version: object) -> bool:
     """A journal of ``version`` is older than ``JOURNAL_SCHEMA_VERSION`` (a writer migrates it)."""
-    ours = (_major(JOURNAL_SCHEMA_VERSION) or 0, _minor(JOURNAL_SCHEMA_VERSION))
-    return (_major(version) or 0, _minor(version)) < ours
+    return _level(version) < _level(JOURNAL_SCHEMA_VERSION)
 
 
 def _check_meta(meta: Mapping[str, Any], where: str) -> None:

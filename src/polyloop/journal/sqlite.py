@@ -30,7 +30,10 @@ Tables (their names and columns are public: downstream SQL reads them directly):
                  that answered), cached_tokens (of input_tokens, read from the provider's
                  cache), reasoning_tokens (of output_tokens), and (1.3) cost_usd (the
                  attempt's price by the adapter's ``Pricing``, or the provider's reported
-                 cost; NULL when neither is known); PRIMARY KEY (intent_id, attempt)
+                 cost; NULL when neither is known), and (2.1) logprobs (the reply's
+                 log-probabilities as one JSON array, NULL when none were recorded: their
+                 only copy, see :func:`polyloop.journal._rows.logprobs_text`); PRIMARY KEY
+                 (intent_id, attempt)
     meta         key/value: journal_schema_version, step_schema_version
 
 ``model_calls.state`` is ``pending`` (intent written, no answer yet), ``ok``, ``retried`` (failed,

@@ -35,9 +35,9 @@ from polyloop.types import (
     RunTotals,
     StepRecord,
     StepWritten,
-    TokenLogprob,
     Turn,
 )
+from polyloop.types._logprob_form import logprobs_json
 
 __all__ = [
     "PAGE_SIZE",
@@ -233,17 +233,6 @@ def _conversation(
                 }
             )
     return [dict(m) for m in ctx.messages()], turns
-
-
-def logprobs_json(tokens: tuple[TokenLogprob, ...] | None) -> list[dict[str, Any]] | None:
-    """A reply's log-probabilities as a turn's ``logprobs`` (None when it has none)."""
-    if tokens is None:
-        return None
-
-    def one(t: TokenLogprob) -> dict[str, Any]:
-        return {"token": t.token, "logprob": t.logprob, "token_id": t.token_id}
-
-    return [{**one(t), "top_logprobs": [one(a) for a in t.top]} for t in tokens]
 
 
 class _Walk:

@@ -105,7 +105,8 @@ class RunResult:
     """The conversation as the model last saw it (plus the final reply), for the next phase."""
     logprobs: tuple[AttemptLogprobs, ...] = field(default=(), repr=False)
     """The log-probabilities of every attempt whose reply carried them (a model built with
-    ``logprobs=True``), in the order the attempts were made; empty when none did."""
+    ``logprobs=True``), in the order the attempts were made; empty when none did. A resumed
+    run's include those of the attempts made before (journaled in ``model_calls.logprobs``)."""
 
 
 @fast_init

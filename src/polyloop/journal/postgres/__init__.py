@@ -350,11 +350,14 @@ class PostgresJournal(_Writes):
                 run_cur = await conn.execute(sql.READ_RUN, (run_id,))
                 rec_cur = await conn.execute(sql.READ_RECORDS, (run_id,))
                 big = await conn.execute(sql.READ_LARGE, (run_id, _observations.SHARED_ABOVE))
+                # In the same round trip: none when no record is marked (_rows.has_logprobs).
+                lp_cur = await conn.execute(sql.READ_LOGPROBS, (run_id,))
             row, rows = await run_cur.fetchone(), await rec_cur.fetchall()
             large = dict(await big.fetchall())
+            logprobs = {(i, a): text for i, a, text in await lp_cur.fetchall()}
         if row is None:
             raise RunNotFound(run_id)
-        return _parse_run(run_id, row, rows, large)
+        return _parse_run(run_id, row, rows, large, logprobs)
 
     async def acquire(
         self, run_id: str, *, ttl_s: float

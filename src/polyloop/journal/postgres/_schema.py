@@ -98,6 +98,7 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
         ("cached_tokens", "INTEGER"),
         ("reasoning_tokens", "INTEGER"),
         ("cost_usd", "DOUBLE PRECISION"),  # journal schema 1.3
+        ("logprobs", "TEXT"),  # journal schema 2.1: JSON, as the journal's bodies
     ),
 }
 _TABLE_TAIL: Final = {
@@ -211,12 +212,12 @@ async def _migrate(conn: _Conn, where: str, namespace: str) -> None:
         old = None if row is None else row[0]
         if old is None or not _needs_migration(old):
             return  # another writer migrated it meanwhile
-        for minor, table, column, decl in _ADDED_COLUMNS:
-            if minor > _level(old):
+        for added, table, column, decl in _ADDED_COLUMNS:
+            if added > _level(old):
                 await conn.execute(
                     f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_pg_decl(decl)}"
                 )
-        if _level(old) < 4:  # 1.4: runs.status may be 'awaiting_approval'
+        if _level(old) < (1, 4):  # 1.4: runs.status may be 'awaiting_approval'
             await conn.execute("ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_status_check")
             await conn.execute("ALTER TABLE runs ADD CONSTRAINT runs_status_check " + STATUS_CHECK)
         await conn.execute(_pg_decl(REQUESTS_DDL))  # 2.1
