@@ -3,7 +3,7 @@
 :func:`chat_records` reads a journal through its public read API (``list_runs``, ``read``,
 ``step_usage``: the SQLite, PostgreSQL and memory journals have them) and yields, run after
 run, one JSON-ready dict: the run's fields and totals, ``messages`` (the conversation) and
-``turns`` (what each assistant turn spent, and a place for its log-probabilities). The
+``turns`` (what each assistant turn spent, and its log-probabilities when recorded). The
 ``polyloop export --format chat`` command writes them as JSON Lines.
 
 The conversation is rebuilt from the journal's records with a context builder, step by step,
