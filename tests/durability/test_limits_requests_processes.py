@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from polyloop.testing import FunctionModel
 from polyloop.types import LimitsChanged, ModelRequest, RunSpec, Usage
 from tests.conftest import call
 from tests.durability.journals import REPO, Store, records_of
-from tests.durability.test_stop_requests_processes import child_env
+from tests.durability.test_stop_requests_processes import Owner, requester, spawn_owner
 
 HEARTBEAT_TTL_S = 0.6  # the owners renew (and so look for requests) every 0.2 s
 
@@ -82,28 +81,6 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
-class Owner:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    async def line(self) -> str:
-        assert self.proc.stdout is not None
-        raw = await asyncio.wait_for(self.proc.stdout.readline(), 60)
-        if not raw:
-            assert self.proc.stderr is not None
-            err = (await self.proc.stderr.read()).decode()
-            raise AssertionError(f"the owner exited early: {err}")
-        return raw.decode().strip()
-
-    async def result(self) -> dict[str, Any]:
-        while True:
-            text = await self.line()
-            if text.startswith("{"):
-                out: dict[str, Any] = json.loads(text)
-                assert await asyncio.wait_for(self.proc.wait(), 60) == 0
-                return out
-
-
 @contextlib.asynccontextmanager
 async def owner(
     store: Store,
@@ -116,23 +93,8 @@ async def owner(
 ) -> AsyncIterator[Owner]:
     argv = [store.where, run_id, str(max_steps), str(marker), str(hold_at),
             str(HEARTBEAT_TTL_S), "resume" if resume else "run"]  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _OWNER, *argv, cwd=REPO, env=child_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    child = Owner(proc)
-    try:
-        assert await child.line() == "ready"
+    async with spawn_owner(_OWNER, argv) as child:
         yield child
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-
-
-def requester(journal: Any) -> Loop:
-    """A Loop of this process, on the same store (its model is never called)."""
-    return Loop(FunctionModel(lambda r: pytest.fail("no model call")), journal=journal)
 
 
 async def renewed_since(store: Store, run_id: str) -> None:

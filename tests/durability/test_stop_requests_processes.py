@@ -104,7 +104,10 @@ class Owner:
     async def line(self) -> str:
         assert self.proc.stdout is not None
         raw = await asyncio.wait_for(self.proc.stdout.readline(), 60)
-        assert raw, "the owner exited early"
+        if not raw:
+            assert self.proc.stderr is not None
+            err = (await self.proc.stderr.read()).decode()
+            raise AssertionError(f"the owner exited early: {err}")
         return raw.decode().strip()
 
     async def result(self) -> dict[str, Any]:
@@ -129,8 +132,15 @@ async def owner(
     grace: float = 30.0,
 ) -> AsyncIterator[Owner]:
     argv = [store.where, run_id, str(ticks), then, str(hold_s), str(ttl), str(grace)]
+    async with spawn_owner(_OWNER, argv) as child:
+        yield child
+
+
+@contextlib.asynccontextmanager
+async def spawn_owner(script: str, argv: list[str]) -> AsyncIterator[Owner]:
+    """``script`` in a child process with ``argv``, once it printed ``ready``; killed after."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _OWNER, *argv, cwd=REPO, env=child_env(),
+        sys.executable, "-c", script, *argv, cwd=REPO, env=child_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     child = Owner(proc)
